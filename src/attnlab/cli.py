@@ -1,0 +1,162 @@
+"""`python -m attnlab`: list, inspect, check, bench, verify-results, report."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from . import registry
+
+
+def cmd_list(args) -> int:
+    print(f"{'id':<14} {'ch':>2}  {'head dims':<10} {'causal':<6} {'source':<22} summary")
+    for s in registry.select(None):
+        print(f"{s.id:<14} {s.chapter:>2}  {s.head_dim_text():<10} {str(s.causal):<6} {s.source:<22} {s.summary}")
+    return 0
+
+
+def cmd_inspect(args) -> int:
+    from tqdm.auto import tqdm
+
+    from .compile import KernelBuildError
+    from .static import inspect_kernel
+
+    specs = registry.select(args.kernels)
+    work = [(s, a) for s in specs for a in args.arch]
+    reports, failures = [], []
+    for spec, arch in tqdm(work, desc="nvcc", unit="build", disable=args.json):
+        try:
+            rep = inspect_kernel(spec, arch)
+        except KernelBuildError as exc:
+            failures.append(str(exc))
+            continue
+        reports.append(rep)
+        failures += [f"{spec.id}: {p}" for p in rep.problems]
+    if args.json:
+        print(json.dumps([r.to_dict() for r in reports], indent=1))
+    else:
+        print(f"{'kernel':<14} {'arch':<6} {'regs':>4} {'smem':>7} {'dyn smem':>8} {'stack':>5} {'spill':>5}  "
+              "SASS: total, tensor, fp32, shared ld/st, global ld")
+        for r in reports:
+            for f in r.functions:
+                cls = r.sass_by_class()
+                print(f"{r.kernel:<14} {r.arch:<6} {f.registers:>4} {f.static_smem:>7} {r.dynamic_smem_max:>8} "
+                      f"{f.stack_bytes:>5} {f.spill_stores + f.spill_loads:>5}  {sum(r.sass.values())}, "
+                      f"{cls['tensor core']}, {cls['fp32 math']}, {cls['shared load']}/{cls['shared store']}, "
+                      f"{cls['global load']}")
+    for f in failures:
+        print(f"FAIL {f}", file=sys.stderr)
+    if failures:
+        return 1
+    print(f"{len(reports)} builds, no spill, shared memory within the L4's 99 KB per block", file=sys.stderr)
+    return 0
+
+
+def _gpu_or_exit(what: str) -> bool:
+    from .env import has_gpu
+
+    if not has_gpu():
+        print(f"attnlab {what}: no CUDA GPU here (torch.cuda.is_available() is False). "
+              f"`{what}` measures on a GPU and never fakes a result; use `inspect` and "
+              "`verify-results` without one.", file=sys.stderr)
+        return False
+    return True
+
+
+def cmd_check(args) -> int:
+    if not _gpu_or_exit("check"):
+        return 2
+    from .check import CHECK_SEEDS, format_table, run_suite
+    from .results import new_record, write_record
+
+    specs = registry.select(args.kernels)
+    seeds = CHECK_SEEDS[:1] if args.quick else CHECK_SEEDS
+    results = run_suite(specs, seeds=seeds)
+    print(format_table(results))
+    if not args.no_record:
+        record = new_record("check", specs, settings={"quick": args.quick, "seeds": list(seeds)})
+        record["cases"] = [r.to_dict() for r in results]
+        print(f"record: {write_record(record)}")
+    return 0 if all(r.passed for r in results) else 1
+
+
+def cmd_bench(args) -> int:
+    if not _gpu_or_exit("bench"):
+        return 2
+    from .bench import run_bench
+    from .results import write_record
+    from .shapes import BENCH_SHAPES, QUICK_SWEEP_LENGTHS, SWEEP_LENGTHS, sweep
+
+    specs = registry.select(args.kernels)
+    shapes = list(dict.fromkeys(BENCH_SHAPES + sweep(QUICK_SWEEP_LENGTHS if args.quick else SWEEP_LENGTHS)))
+    record = run_bench(specs, shapes, quick=args.quick)
+    failed = [(kid, c["shape"], c["causal"]) for c in record["cases"] for kid, e in c["kernels"].items()
+              if "check" in e and not e["check"]["passed"]]
+    if not args.no_record:
+        print(f"record: {write_record(record)}")
+    for kid, shape, causal in failed:
+        print(f"FAIL {kid} {shape} causal={causal}: wrong output, its time is not a result", file=sys.stderr)
+    _print_report(None)
+    return 1 if failed else 0
+
+
+def cmd_verify(args) -> int:
+    from .results import verify
+
+    v = verify()
+    for p in v.problems:
+        print(f"FAIL {p}", file=sys.stderr)
+    for gpu, kid, path in v.fresh:
+        print(f"fresh   {kid:<14} {gpu}  ({path})")
+    for kid in v.missing:
+        print(f"no fresh record: {kid} (awaits a GPU run: python -m attnlab bench {kid})")
+    if v.superseded:
+        print(f"{v.superseded} older entries of changed kernels are superseded by newer records")
+    status = "ok" if v.ok else "FAILED"
+    print(f"verify-results {status}: {len(v.fresh)} fresh (GPU, kernel) pairs, "
+          f"{len(v.missing)} kernels without a fresh record, {len(v.problems)} problems")
+    return 0 if v.ok else 1
+
+
+def _print_report(as_json) -> None:
+    from .results import report_rows
+
+    rows = report_rows()
+    if as_json:
+        print(json.dumps(rows, indent=1))
+        return
+    for r in rows:
+        print(f"{r['gpu']:<26} {r['kernel']:<14} {str(tuple(r['shape'])):<20} causal={str(r['causal']):<5} "
+              f"{r['median_us']:9.1f} µs  SDPA {r['sdpa_backend']:<9} {r['sdpa_median_us']:8.1f} µs  "
+              f"x{r['speedup_vs_sdpa']:.2f}  check={'pass' if r['check_passed'] else 'FAIL'}")
+
+
+def cmd_report(args) -> int:
+    _print_report(args.json)
+    return 0
+
+
+def main(argv=None) -> int:
+    from .static import ARCHES
+
+    p = argparse.ArgumentParser(prog="python -m attnlab", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("list", help="the registered kernels").set_defaults(fn=cmd_list)
+    sp = sub.add_parser("inspect", help="static build, resources and SASS mix (no GPU needed)")
+    sp.add_argument("kernels", nargs="*", metavar="KERNEL")
+    sp.add_argument("--arch", nargs="+", default=list(ARCHES), help="targets, e.g. sm_80 sm_89 sm_90")
+    sp.add_argument("--json", action="store_true", help="machine-readable reports")
+    sp.set_defaults(fn=cmd_inspect)
+    for name, fn, text in (("check", cmd_check, "the correctness suite on a GPU"),
+                           ("bench", cmd_bench, "timings next to SDPA on a GPU; writes a record")):
+        sp = sub.add_parser(name, help=text)
+        sp.add_argument("kernels", nargs="*", metavar="KERNEL")
+        sp.add_argument("--quick", action="store_true", help="fewer seeds / shapes / repetitions")
+        sp.add_argument("--no-record", action="store_true", help="do not write a record under results/")
+        sp.set_defaults(fn=fn)
+    sub.add_parser("verify-results", help="records well formed and fresh (no GPU needed)").set_defaults(fn=cmd_verify)
+    sp = sub.add_parser("report", help="kernel vs fastest SDPA backend from the freshest records")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(fn=cmd_report)
+    args = p.parse_args(argv)
+    return args.fn(args)

@@ -1,0 +1,99 @@
+"""Turn kernels/*.cu into launchable CuPy functions on the GPU at hand, cached.
+
+Two back ends, both through `cupy.RawModule`:
+- nvcc (the default where nvcc is on PATH): compile a cubin for the exact GPU, then load it. The
+  binary that runs is then built by the same compiler and flags as the one `attnlab inspect`
+  reads registers and SASS from.
+- NVRTC (`ATTNLAB_BACKEND=nvrtc`, or no nvcc): CuPy compiles the source in process. Readers with
+  only `cupy-cuda13x[ctk]` (no toolkit) use this path.
+Either way the result is cached on disk (cubins under the attnlab cache, NVRTC output in
+CuPy's kernel cache) and in memory, keyed by the kernel's source hash, so compile time never
+reaches a timing.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from .env import require_gpu
+from .paths import cache_dir, kernels_dir
+from .registry import KernelSpec
+from .sources import kernel_hash, read_source
+
+# One set of flags for every build, static or not. -lineinfo lets Nsight Compute and
+# compute-sanitizer point at source lines; it does not change the code generated.
+NVCC_FLAGS = ("-std=c++17", "-O3", "-lineinfo")
+
+
+class KernelBuildError(RuntimeError):
+    """The CUDA compiler rejected a kernel; the message carries its log."""
+
+
+def backend() -> str:
+    choice = os.environ.get("ATTNLAB_BACKEND", "").lower()
+    if choice in ("nvcc", "nvrtc"):
+        return choice
+    if choice:
+        raise ValueError(f"ATTNLAB_BACKEND must be 'nvcc' or 'nvrtc', not {choice!r}")
+    return "nvcc" if shutil.which("nvcc") else "nvrtc"
+
+
+def nvcc_cubin(spec: KernelSpec, arch: str, out: Path | None = None) -> tuple[Path, str]:
+    """Compile one kernel to a cubin for `arch` (sm_XY); returns (path, ptxas report)."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        raise KernelBuildError("nvcc is not on PATH: install the CUDA toolkit's compiler "
+                               "(nvidia-cuda-nvcc) or set ATTNLAB_BACKEND=nvrtc on a GPU machine")
+    out = out or cache_dir() / "cubin" / f"{spec.id}-{kernel_hash(spec)[:16]}-{arch}.cubin"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [nvcc, f"-arch={arch}", "-cubin", "-Xptxas", "-v", *NVCC_FLAGS,
+           "-I", str(kernels_dir()), "-o", str(out), str(spec.path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise KernelBuildError(f"nvcc failed for {spec.id} ({arch}):\n{proc.stderr}")
+    return out, proc.stderr
+
+
+def _device_arch() -> str:
+    import torch
+    major, minor = torch.cuda.get_device_capability()
+    return f"sm_{major}{minor}"
+
+
+def _cuda_include_dirs() -> list[str]:
+    dirs = []
+    for root in (os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if root and Path(root, "include", "cuda_fp16.h").exists():
+            dirs.append(str(Path(root, "include")))
+    return dirs
+
+
+@functools.lru_cache(maxsize=None)
+def _load(kernel_id: str, source_hash: str, arch: str, which: str):
+    import cupy
+    from .registry import get
+
+    spec = get(kernel_id)
+    if which == "nvcc":
+        cubin = cache_dir() / "cubin" / f"{spec.id}-{source_hash[:16]}-{arch}.cubin"
+        if not cubin.exists():
+            nvcc_cubin(spec, arch, cubin)
+        return cupy.RawModule(path=str(cubin))
+    options = ("-std=c++17", f"--include-path={kernels_dir()}",
+               *(f"--include-path={d}" for d in _cuda_include_dirs()))
+    try:
+        module = cupy.RawModule(code=read_source(spec), options=options)
+        module.compile()
+    except Exception as exc:  # CuPy raises its own CompileException with the NVRTC log
+        raise KernelBuildError(f"NVRTC failed for {spec.id}:\n{exc}") from exc
+    return module
+
+
+def load_function(spec: KernelSpec, entry: str | None = None):
+    """The compiled `cupy.RawKernel` for a registered kernel's entry point on this GPU."""
+    require_gpu(f"loading kernel {spec.id}")
+    module = _load(spec.id, kernel_hash(spec), _device_arch(), backend())
+    return module.get_function(entry or spec.entry)

@@ -1,0 +1,97 @@
+"""What machine this is: GPU or not, its properties, and the software versions records carry."""
+from __future__ import annotations
+
+import functools
+import platform
+import subprocess
+from importlib import metadata
+
+from .paths import repo_root
+
+
+class NoGpuError(RuntimeError):
+    """Raised when something that needs a CUDA GPU runs without one."""
+
+
+def _torch():
+    import torch
+    return torch
+
+
+@functools.lru_cache(maxsize=1)
+def has_gpu() -> bool:
+    try:
+        return bool(_torch().cuda.is_available())
+    except Exception:  # torch missing or broken: no GPU as far as attnlab is concerned
+        return False
+
+
+def require_gpu(what: str = "this") -> None:
+    if not has_gpu():
+        raise NoGpuError(f"{what} needs a CUDA GPU, and torch sees none on this machine "
+                         "(torch.cuda.is_available() is False)")
+
+
+def _version(pkg: str) -> str | None:
+    try:
+        return metadata.version(pkg)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def software_versions() -> dict:
+    torch = _torch()
+    cupy_version = None
+    for name in ("cupy-cuda13x", "cupy-cuda12x", "cupy"):
+        cupy_version = cupy_version or _version(name)
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if has_gpu() else None,
+        "cupy": cupy_version,
+        "triton": _version("triton"),
+        "attnlab": _version("attnlab"),
+    }
+
+
+def device_info() -> dict:
+    """The GPU a record was measured on; raises NoGpuError without one."""
+    require_gpu("device_info()")
+    torch = _torch()
+    idx = torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(idx)
+    info = {
+        "name": props.name,
+        "compute_capability": f"{props.major}.{props.minor}",
+        "sm_count": props.multi_processor_count,
+        "memory_gib": round(props.total_memory / 2**30, 1),
+        "driver": _driver_version(),
+        "cuda_runtime": torch.version.cuda,
+    }
+    l2 = getattr(props, "L2_cache_size", None)
+    if l2:
+        info["l2_mib"] = round(l2 / 2**20, 1)
+    return info
+
+
+def _driver_version() -> str | None:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def git_commit() -> dict:
+    """The commit a run measured, and whether the tree had uncommitted changes."""
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=repo_root(), capture_output=True, text=True, timeout=20)
+    try:
+        head = git("rev-parse", "HEAD")
+        dirty = git("status", "--porcelain", "--", "kernels", "src")
+    except (OSError, subprocess.TimeoutExpired):
+        return {"commit": None, "dirty": None}
+    return {"commit": head.stdout.strip() or None if head.returncode == 0 else None,
+            "dirty": bool(dirty.stdout.strip()) if dirty.returncode == 0 else None}

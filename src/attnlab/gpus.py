@@ -1,0 +1,88 @@
+"""Datasheet ceilings of the GPUs readers use, and the floor they put under an attention shape.
+
+Peak is dense fp16 tensor-core math with fp32 accumulation (what every attnlab kernel does),
+without sparsity. Measured ceilings (a cuBLAS matmul and a device copy timed in the same run)
+live in the bench records; these datasheet numbers are the other yardstick.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .shapes import Shape
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    key: str
+    pattern: str            # regex matched against torch.cuda.get_device_name()
+    arch: str               # sm_XY
+    sms: int
+    fp16_tflops: float      # dense, fp32 accumulate
+    dram_gbps: float
+    smem_per_block_kb: int  # after opt-in
+
+    @property
+    def ridge_flop_per_byte(self) -> float:
+        return self.fp16_tflops * 1e12 / (self.dram_gbps * 1e9)
+
+
+# Most specific patterns first: "L40S" and "L40" must not be read as "L4".
+GPUS: tuple[GpuSpec, ...] = (
+    GpuSpec("L40S", r"\bL40S\b", "sm_89", 142, 362.0, 864.0, 99),
+    GpuSpec("L4", r"\bL4\b", "sm_89", 58, 121.0, 300.0, 99),
+    GpuSpec("RTX 4090", r"RTX 4090", "sm_89", 128, 165.2, 1008.0, 99),
+    GpuSpec("A10", r"\bA10\b", "sm_86", 72, 125.0, 600.0, 99),
+    GpuSpec("RTX 3090", r"RTX 3090", "sm_86", 82, 71.0, 936.0, 99),
+    GpuSpec("A100 40GB", r"A100.*(40GB|PCIE-40GB|SXM4-40GB)", "sm_80", 108, 312.0, 1555.0, 163),
+    GpuSpec("A100 80GB", r"A100", "sm_80", 108, 312.0, 2039.0, 163),
+    GpuSpec("H100 PCIe", r"H100.*PCIe", "sm_90", 114, 756.0, 2000.0, 227),
+    GpuSpec("H100 NVL", r"H100 NVL", "sm_90", 132, 835.0, 3900.0, 227),
+    GpuSpec("H100 SXM", r"H100", "sm_90", 132, 989.0, 3350.0, 227),
+    GpuSpec("H200", r"H200", "sm_90", 132, 989.0, 4800.0, 227),
+)
+
+REFERENCE_GPU = "L4"  # the owner's card: the book's default yardstick
+
+
+def by_key(key: str) -> GpuSpec:
+    for g in GPUS:
+        if g.key == key:
+            return g
+    raise KeyError(f"no GPU {key!r} in the table; known: {', '.join(g.key for g in GPUS)}")
+
+
+def lookup(device_name: str) -> GpuSpec | None:
+    """The table entry for a CUDA device name, or None for a GPU the table does not know."""
+    for g in GPUS:
+        if re.search(g.pattern, device_name, flags=re.IGNORECASE):
+            return g
+    return None
+
+
+@dataclass(frozen=True)
+class Floor:
+    compute_us: float
+    memory_us: float
+
+    @property
+    def us(self) -> float:
+        return max(self.compute_us, self.memory_us)
+
+    @property
+    def bound(self) -> str:
+        return "compute" if self.compute_us >= self.memory_us else "memory"
+
+
+def floor(shape: Shape, gpu: GpuSpec, causal: bool = False) -> Floor:
+    """The least time: FLOPs over peak, or the unavoidable bytes over bandwidth, whichever is more."""
+    return Floor(compute_us=shape.flops(causal) / (gpu.fp16_tflops * 1e12) * 1e6,
+                 memory_us=shape.io_bytes() / (gpu.dram_gbps * 1e9) * 1e6)
+
+
+def arithmetic_intensity(shape: Shape, causal: bool = False) -> float:
+    return shape.flops(causal) / shape.io_bytes()
+
+
+def tflops(shape: Shape, causal: bool, time_us: float) -> float:
+    return shape.flops(causal) / (time_us * 1e-6) / 1e12

@@ -1,0 +1,125 @@
+"""Run a registered kernel on torch tensors: validate first, then launch zero-copy on torch's
+current stream (so CUDA-graph capture and torch's ordering both see the launch).
+
+CuPy performs no argument checking at all (a Python int goes as a 64-bit integer, views are
+ignored), so everything is checked here, before any launch, and scalars are wrapped in the
+exact C types of the kernel signature.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .env import NoGpuError, has_gpu
+from .registry import DEFAULT_SMEM_LIMIT, KernelSpec, get
+from .shapes import Shape
+
+MAX_GRID_Y = 65535  # B*H rides on gridDim.y
+
+
+class AttentionInputError(ValueError):
+    """The inputs break the kernel contract; raised before anything reaches the GPU."""
+
+
+def validate(spec: KernelSpec, q, k, v, causal: bool = False, scale: float | None = None,
+             out=None) -> Shape:
+    """Check q, k, v (and out) against the contract and the kernel's limits; return the shape."""
+    import torch
+
+    names = ("q", "k", "v") + (("out",) if out is not None else ())
+    tensors = (q, k, v) + ((out,) if out is not None else ())
+    for name, t in zip(names, tensors):
+        if not isinstance(t, torch.Tensor):
+            raise AttentionInputError(f"{name} must be a torch.Tensor, not {type(t).__name__}")
+    for name, t in zip(names, tensors):
+        if t.dim() != 4:
+            raise AttentionInputError(f"{name} must be 4-D [B, H, L, D]; got shape {tuple(t.shape)}")
+    for name, t in zip(names, tensors):
+        if t.dtype != torch.float16:
+            raise AttentionInputError(f"{name} must be torch.float16; got {t.dtype}")
+    for name, t in zip(names, tensors):
+        if t.numel() == 0:
+            raise AttentionInputError(f"{name} is empty (shape {tuple(t.shape)}): every dimension must be >= 1")
+    for name, t in zip(names[1:], tensors[1:]):
+        if t.shape != q.shape:
+            raise AttentionInputError(f"{name} has shape {tuple(t.shape)} but q has {tuple(q.shape)}: "
+                                      "attnlab kernels take q, k, v and out of one shape [B, H, L, D]")
+    for name, t in zip(names, tensors):
+        if not t.is_contiguous():
+            raise AttentionInputError(f"{name} is not contiguous (strides {t.stride()}); "
+                                      "the kernels index [B, H, L, D] row-major: pass .contiguous()")
+    shape = Shape(*q.shape)
+    if not spec.supports_head_dim(shape.D):
+        raise AttentionInputError(f"{spec.id} supports head dim D in {spec.head_dim_text()}; got D={shape.D}")
+    if causal and not spec.causal:
+        raise AttentionInputError(f"{spec.id} has no causal mode")
+    if spec.max_len is not None and shape.L > spec.max_len:
+        raise AttentionInputError(f"{spec.id} supports L <= {spec.max_len}; got L={shape.L}")
+    if shape.heads > MAX_GRID_Y:
+        raise AttentionInputError(f"B*H = {shape.heads} exceeds {MAX_GRID_Y}, the grid's y limit")
+    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)):
+        raise AttentionInputError(f"scale must be a finite number; got {scale!r}")
+    for name, t in zip(names, tensors):
+        if t.device.type != "cuda":
+            if not has_gpu():
+                raise NoGpuError(f"{spec.id} runs on a CUDA GPU and torch sees none on this machine; "
+                                 f"{name} is on {t.device}")
+            raise AttentionInputError(f"{name} is on {t.device}; move q, k, v to the GPU (.cuda())")
+    if len({t.device for t in tensors}) != 1:
+        raise AttentionInputError(f"q, k, v (and out) must be on one device; got {[str(t.device) for t in tensors]}")
+    if out is not None and any(out.data_ptr() == t.data_ptr() for t in (q, k, v)):
+        raise AttentionInputError("out must not alias q, k or v")
+    return shape
+
+
+class _TorchStream:
+    """The CUDA stream protocol over a raw handle, for cupy.cuda.Stream.from_external."""
+
+    def __init__(self, handle: int):
+        self.handle = handle
+
+    def __cuda_stream__(self):
+        return (0, self.handle)
+
+
+_streams: dict[int, object] = {}
+
+
+def _cupy_stream(torch_stream):
+    import cupy
+    handle = torch_stream.cuda_stream
+    if handle not in _streams:
+        _streams[handle] = cupy.cuda.Stream.from_external(_TorchStream(handle))
+    return _streams[handle]
+
+
+def launch(spec: KernelSpec, shape: Shape, q, k, v, out, causal: bool, scale: float) -> None:
+    """Launch an already validated problem. Callers outside attnlab use `attention()`."""
+    import cupy
+    import torch
+
+    from .compile import load_function
+
+    fn = load_function(spec)
+    cfg = spec.launch_config(shape)
+    smem = cfg["dynamic_smem"]
+    if smem > DEFAULT_SMEM_LIMIT:  # the opt-in above 48 KB, per function
+        fn.max_dynamic_shared_size_bytes = smem
+    args = (cupy.asarray(q), cupy.asarray(k), cupy.asarray(v), cupy.asarray(out),
+            np.int32(shape.L), np.int32(shape.D), np.float32(scale), np.int32(bool(causal)))
+    with cupy.cuda.Device(q.device.index), _cupy_stream(torch.cuda.current_stream(q.device)):
+        fn(cfg["grid"], cfg["block"], args, shared_mem=smem)
+
+
+def attention(kernel_id: str, q, k, v, causal: bool = False, scale: float | None = None, out=None):
+    """softmax(q k^T * scale [+ causal mask]) v with a registered kernel; returns out."""
+    import torch
+
+    spec = get(kernel_id)
+    shape = validate(spec, q, k, v, causal, scale, out)
+    scale = 1.0 / math.sqrt(shape.D) if scale is None else float(scale)
+    if out is None:
+        out = torch.empty_like(q)
+    launch(spec, shape, q, k, v, out, causal, scale)
+    return out

@@ -1,0 +1,154 @@
+"""Figures the book reuses, drawn from records only (never from numbers typed by hand)."""
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")  # the book and the tests render off-screen; notebooks still show the PNG
+import matplotlib.pyplot as plt  # noqa: E402
+
+from .gpus import GpuSpec, arithmetic_intensity, floor, lookup  # noqa: E402
+from .reference import SDPA_BACKENDS  # noqa: E402
+from .shapes import Shape  # noqa: E402
+
+SDPA_COLORS = {"flash": "#1f77b4", "efficient": "#2ca02c", "cudnn": "#9467bd", "math": "#7f7f7f"}
+KERNEL_COLOR = "#d62728"
+
+
+def _caption(rec: dict) -> str:
+    return f"{rec['gpu']['name']}, {rec['created_utc'][:10]}, commit {str(rec['git'].get('commit'))[:8]}"
+
+
+def find_case(rec: dict, shape, causal: bool) -> dict | None:
+    for case in rec["cases"]:
+        if list(case["shape"]) == list(shape) and case["causal"] == causal:
+            return case
+    return None
+
+
+def latency_bars(rec: dict, shape: Shape, causal: bool = False, ax=None):
+    """Median device time (p10-p90 whiskers) of each kernel and SDPA backend at one shape."""
+    case = find_case(rec, shape, causal)
+    if case is None:
+        raise KeyError(f"record has no case {shape.label()} causal={causal}")
+    labels, med, lo, hi, colors = [], [], [], [], []
+    for kid, entry in case["kernels"].items():
+        if "device" in entry:
+            t = entry["device"]
+            labels.append(kid), med.append(t["median_us"]), lo.append(t["p10_us"]), hi.append(t["p90_us"])
+            colors.append(KERNEL_COLOR)
+    for name in SDPA_BACKENDS:
+        if name in case["sdpa"]:
+            t = case["sdpa"][name]
+            labels.append(f"SDPA {name}"), med.append(t["median_us"]), lo.append(t["p10_us"]), hi.append(t["p90_us"])
+            colors.append(SDPA_COLORS[name])
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(7, 0.45 * len(labels) + 1.6))
+    y = range(len(labels))
+    err = [[m - l for m, l in zip(med, lo)], [h - m for m, h in zip(med, hi)]]
+    ax.barh(list(y), med, xerr=err, color=colors, capsize=3)
+    ax.set_yticks(list(y), labels)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("device time per call, µs (median, p10-p90)")
+    gpu = lookup(rec["gpu"]["name"])
+    if gpu is not None:
+        f = floor(shape, gpu, causal)
+        ax.axvline(f.us, color="black", ls="--", lw=1, label=f"floor on {gpu.key} ({f.bound}-bound)")
+        ax.legend(loc="lower right", fontsize=8)
+    ax.set_title(f"{shape.label()} causal={causal}\n{_caption(rec)}", fontsize=9)
+    if fig is not None:
+        fig.tight_layout()
+    return fig or ax.figure
+
+
+def length_sweep(rec: dict, B: int, H: int, D: int, causal: bool = False, ax=None):
+    """Device time against sequence length for every kernel and SDPA backend in a record."""
+    cases = sorted((c for c in rec["cases"] if c["causal"] == causal and c["shape"][0] == B
+                    and c["shape"][1] == H and c["shape"][3] == D), key=lambda c: c["shape"][2])
+    if not cases:
+        raise KeyError(f"record has no sweep at B={B}, H={H}, D={D}, causal={causal}")
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+    series: dict[str, list[tuple[int, float]]] = {}
+    for c in cases:
+        for kid, entry in c["kernels"].items():
+            if "device" in entry:
+                series.setdefault(kid, []).append((c["shape"][2], entry["device"]["median_us"]))
+        for name, t in c["sdpa"].items():
+            series.setdefault(f"SDPA {name}", []).append((c["shape"][2], t["median_us"]))
+    for label, pts in series.items():
+        name = label.removeprefix("SDPA ")
+        style = dict(color=SDPA_COLORS.get(name, KERNEL_COLOR), marker="o", ms=3)
+        if label.startswith("SDPA"):
+            style["ls"] = "--"
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=label, **style)
+    gpu = lookup(rec["gpu"]["name"])
+    if gpu is not None:
+        Ls = [c["shape"][2] for c in cases]
+        ax.plot(Ls, [floor(Shape(B, H, L, D), gpu, causal).us for L in Ls], color="black", lw=1,
+                label=f"floor ({gpu.key})")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("sequence length L")
+    ax.set_ylabel("device time, µs")
+    ax.set_title(f"B={B}, H={H}, D={D}, causal={causal}\n{_caption(rec)}", fontsize=9)
+    ax.legend(fontsize=8)
+    if fig is not None:
+        fig.tight_layout()
+    return fig or ax.figure
+
+
+def roofline(gpu: GpuSpec, points: list[tuple[str, Shape, bool, float]] = (), ceilings: dict | None = None, ax=None):
+    """The GPU's roofline with measured points (label, shape, causal, device time in µs).
+
+    `ceilings` (a bench record's measured matmul and copy rates) draws the reachable roof too.
+    """
+    import numpy as np
+
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+    ai = np.logspace(0, 4, 200)
+    ax.plot(ai, np.minimum(gpu.fp16_tflops, ai * gpu.dram_gbps / 1e3), color="black",
+            label=f"{gpu.key} datasheet: {gpu.fp16_tflops:g} TFLOP/s, {gpu.dram_gbps:g} GB/s")
+    if ceilings:
+        peak, bw = ceilings["matmul"]["tflops"], ceilings["copy"]["gbps"]
+        ax.plot(ai, np.minimum(peak, ai * bw / 1e3), color="gray", ls="--",
+                label=f"measured: matmul {peak:.0f} TFLOP/s, copy {bw:.0f} GB/s")
+    for label, shape, causal, t_us in points:
+        x = arithmetic_intensity(shape, causal)
+        ax.scatter([x], [shape.flops(causal) / (t_us * 1e-6) / 1e12], zorder=3)
+        ax.annotate(label, (x, shape.flops(causal) / (t_us * 1e-6) / 1e12), fontsize=7,
+                    xytext=(4, 2), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity, FLOP per DRAM byte")
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title(f"Roofline, fp16 tensor cores with fp32 accumulation: {gpu.key}", fontsize=9)
+    ax.legend(fontsize=8, loc="lower right")
+    if fig is not None:
+        fig.tight_layout()
+    return fig or ax.figure
+
+
+def sass_mix(reports, ax=None):
+    """Stacked SASS instruction classes per kernel from static reports (one arch)."""
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(7, 0.5 * len(reports) + 1.8))
+    classes = [c for c in reports[0].sass_by_class()]
+    left = [0] * len(reports)
+    for cls in classes:
+        vals = [r.sass_by_class()[cls] for r in reports]
+        if not any(vals):
+            continue
+        ax.barh([r.kernel for r in reports], vals, left=left, label=cls)
+        left = [a + b for a, b in zip(left, vals)]
+    ax.invert_yaxis()
+    ax.set_xlabel(f"SASS instructions in the binary ({reports[0].arch})")
+    ax.legend(fontsize=7, ncol=3, loc="lower right")
+    if fig is not None:
+        fig.tight_layout()
+    return fig or ax.figure

@@ -1,0 +1,34 @@
+"""A kernel's source text and its fingerprint: the sha256 that records are checked against."""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from .paths import kernels_dir, repo_root
+from .registry import KernelSpec
+
+
+def source_files(spec: KernelSpec) -> list[Path]:
+    """The .cu file and the headers it includes, in a fixed order."""
+    return [spec.path] + [kernels_dir() / name for name in spec.extra_sources]
+
+
+def kernel_hash(spec: KernelSpec) -> str:
+    """sha256 over the kernel and its headers: any edit that can change the binary changes it."""
+    h = hashlib.sha256()
+    for path in source_files(spec):
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def harness_hash() -> str:
+    """sha256 over the attnlab package: which harness produced a record (provenance only)."""
+    h = hashlib.sha256()
+    pkg = repo_root() / "src" / "attnlab"
+    for path in sorted(pkg.glob("*.py")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def read_source(spec: KernelSpec) -> str:
+    return spec.path.read_text()

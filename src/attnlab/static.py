@@ -1,0 +1,173 @@
+"""Static inspection without a GPU: build each kernel with nvcc for a target, read ptxas's
+resource report (registers, shared memory, stack, spills) and count the SASS instructions.
+
+cuobjdump comes from the `nvidia-cuda-cuobjdump` wheel (site-packages/nvidia/cu13/bin), or the
+CUDA toolkit where one is installed.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sysconfig
+import tempfile
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .compile import nvcc_cubin
+from .registry import L4_MAX_SMEM_PER_BLOCK, KernelSpec
+
+ARCHES = ("sm_80", "sm_89", "sm_90")
+
+# Instruction classes a reader cares about, by SASS opcode (before the first dot).
+SASS_CLASSES = {
+    "tensor core": {"HMMA", "IMMA", "HGMMA"},
+    "fp32 math": {"FFMA", "FMUL", "FADD", "FMNMX", "FSETP", "FSEL", "MUFU", "FCHK", "FSWZADD"},
+    "fp16 math": {"HFMA2", "HMUL2", "HADD2", "HMNMX2"},
+    "conversion": {"F2F", "F2FP", "I2F", "F2I", "HADD2.F32"},
+    "global load": {"LDG"},
+    "global store": {"STG"},
+    "async copy": {"LDGSTS", "LDGDEPBAR", "DEPBAR"},
+    "shared load": {"LDS", "LDSM"},
+    "shared store": {"STS"},
+    "local (spill)": {"LDL", "STL"},
+    "shuffle": {"SHFL"},
+    "barrier": {"BAR", "BSYNC", "BSSY", "WARPSYNC"},
+}
+
+_OPCODE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)")
+_FUNC = re.compile(r"Function properties for (\S+)")
+_SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?(?:, (\d+) bytes smem)?")
+
+
+class ToolMissing(RuntimeError):
+    pass
+
+
+def cuobjdump_path() -> str:
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    for base in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}:
+        for cand in sorted(Path(base, "nvidia").glob("cu*/bin/cuobjdump")):
+            return str(cand)
+    raise ToolMissing("cuobjdump not found: `pip install nvidia-cuda-cuobjdump` (it is in requirements.txt)")
+
+
+@dataclass
+class FunctionResources:
+    name: str
+    registers: int
+    static_smem: int
+    stack_bytes: int
+    spill_stores: int
+    spill_loads: int
+
+    @property
+    def spills(self) -> bool:
+        return self.spill_stores > 0 or self.spill_loads > 0
+
+
+@dataclass
+class StaticReport:
+    kernel: str
+    arch: str
+    functions: list[FunctionResources]
+    sass: dict[str, int]                       # full opcode -> count, all functions together
+    dynamic_smem_max: int                      # the registry's largest dynamic request
+    build_seconds: float
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def sass_by_class(self) -> dict[str, int]:
+        return classify(self.sass)
+
+    def sass_base(self) -> Counter:
+        base = Counter()
+        for op, n in self.sass.items():
+            base[op.split(".")[0]] += n
+        return base
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["sass_by_class"] = self.sass_by_class()
+        return d
+
+
+def parse_ptxas(report: str) -> list[FunctionResources]:
+    """Resources per entry function from `-Xptxas -v` output."""
+    out: list[FunctionResources] = []
+    current = None
+    spill = (0, 0, 0)
+    for line in report.splitlines():
+        if m := _FUNC.search(line):
+            current, spill = m.group(1), (0, 0, 0)
+        elif (m := _SPILL.search(line)) and current:
+            spill = tuple(int(x) for x in m.groups())
+        elif (m := _USED.search(line)) and current:
+            out.append(FunctionResources(current, int(m.group(1)), int(m.group(3) or 0), *spill))
+            current = None
+    return out
+
+
+def sass_opcodes(cubin: Path) -> Counter:
+    proc = subprocess.run([cuobjdump_path(), "-sass", str(cubin)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"cuobjdump failed on {cubin}: {proc.stderr}")
+    return Counter(m.group(1) for m in _OPCODE.finditer(proc.stdout))
+
+
+def classify(opcodes: dict[str, int]) -> dict[str, int]:
+    counts = {name: 0 for name in SASS_CLASSES}
+    counts["other"] = 0
+    for op, n in opcodes.items():
+        base = op.split(".")[0]
+        for name, members in SASS_CLASSES.items():
+            if base in members or op in members:
+                counts[name] += n
+                break
+        else:
+            counts["other"] += n
+    return counts
+
+
+def max_dynamic_smem(spec: KernelSpec) -> int:
+    """The largest dynamic shared memory the registry asks for over the supported head dims."""
+    from .shapes import Shape
+    dims = sorted(spec.head_dims) if spec.head_dims else [spec.max_head_dim]
+    lengths = [1, 4096] if spec.max_len is None else [1, spec.max_len]
+    return max(spec.dynamic_smem(Shape(1, 1, L, D)) for D in dims for L in lengths)
+
+
+def inspect_kernel(spec: KernelSpec, arch: str) -> StaticReport:
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin, report = nvcc_cubin(spec, arch, Path(tmp) / f"{spec.id}.cubin")
+        functions = parse_ptxas(report)
+        sass = sass_opcodes(cubin)
+    rep = StaticReport(spec.id, arch, functions, dict(sorted(sass.items())), max_dynamic_smem(spec),
+                       round(time.perf_counter() - t0, 2))
+    rep.problems = limit_problems(rep, spec)
+    return rep
+
+
+def limit_problems(rep: StaticReport, spec: KernelSpec) -> list[str]:
+    """What breaks the kernel contract: a spill, or shared memory past the L4's 99 KB per block."""
+    problems = []
+    names = {f.name for f in rep.functions}
+    if spec.entry not in names:
+        problems.append(f"entry point {spec.entry} not found in the build (found: {sorted(names)})")
+    for f in rep.functions:
+        if f.spills:
+            problems.append(f"{f.name} spills on {rep.arch}: {f.spill_stores} B stored, {f.spill_loads} B loaded")
+        total = f.static_smem + rep.dynamic_smem_max
+        if total > L4_MAX_SMEM_PER_BLOCK:
+            problems.append(f"{f.name} needs {total} B of shared memory on {rep.arch}, over the "
+                            f"L4's {L4_MAX_SMEM_PER_BLOCK} B per block")
+    return problems
