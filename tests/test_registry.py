@@ -1,0 +1,60 @@
+import re
+
+import pytest
+
+from attnlab import registry
+from attnlab.registry import L4_MAX_SMEM_PER_BLOCK, KERNELS
+from attnlab.shapes import CHECK_SHAPES, MISSION, Shape
+
+SPECS = list(KERNELS.values())
+
+
+def test_ids_are_unique_and_prefixed_by_chapter():
+    assert len({s.id for s in SPECS}) == len(SPECS)
+    for s in SPECS:
+        assert s.id.startswith(f"{s.chapter:02d}_"), s.id
+        assert s.source.startswith(f"{s.chapter:02d}_"), s.source
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.id)
+def test_source_exists_and_defines_entry(spec):
+    text = spec.path.read_text()
+    assert re.search(rf'extern "C"[^;{{]*\b{re.escape(spec.entry)}\s*\(', text), \
+        f"{spec.entry} is not an extern \"C\" function of {spec.source}"
+    for header in spec.extra_sources:
+        assert (spec.path.parent / header).exists()
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.id)
+@pytest.mark.parametrize("shape", CHECK_SHAPES + (Shape(4, 16, 4096, 64), Shape(2, 16, 4096, 128)),
+                         ids=lambda s: s.label())
+def test_launch_geometry_covers_every_row(spec, shape):
+    if not spec.supports_head_dim(shape.D):
+        pytest.skip(f"{spec.id} does not take D={shape.D}")
+    cfg = spec.launch_config(shape)
+    gx, gy, gz = cfg["grid"]
+    bx, by, bz = cfg["block"]
+    assert gy * gz >= shape.heads and gx >= 1
+    assert 32 <= bx * by * bz <= 1024 and (bx * by * bz) % 32 == 0
+    assert 0 <= cfg["dynamic_smem"] <= L4_MAX_SMEM_PER_BLOCK
+
+
+def test_scalar_threads_match_the_kernel_source():
+    src = registry.get("01_scalar").path.read_text()
+    assert int(re.search(r"THREADS = (\d+);", src).group(1)) == registry._SCALAR_THREADS
+    assert registry.get("01_scalar").grid(MISSION) == (512 // registry._SCALAR_THREADS, 8, 1)
+
+
+def test_unknown_kernel_names_the_registered_ones():
+    with pytest.raises(KeyError, match="01_scalar"):
+        registry.get("99_missing")
+
+
+def test_select_orders_by_chapter():
+    chapters = [s.chapter for s in registry.select(None)]
+    assert chapters == sorted(chapters)
+
+
+def test_double_registration_is_refused():
+    with pytest.raises(ValueError, match="twice"):
+        registry.register(registry.get("01_scalar"))

@@ -1,0 +1,96 @@
+import json
+
+import pytest
+
+from attnlab.results import (gpu_slug, load_records, report_rows, validate_record, verify,
+                             write_record)
+from synthetic import synthetic_record
+
+
+@pytest.fixture
+def results(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_RESULTS", str(tmp_path))
+    return tmp_path
+
+
+def test_good_record_is_valid():
+    assert validate_record(synthetic_record()) == []
+
+
+@pytest.mark.parametrize("mutate,needle", [
+    (lambda r: r.pop("gpu"), "gpu"),
+    (lambda r: r["gpu"].pop("driver"), "gpu.driver"),
+    (lambda r: r.update(kind="guess"), "kind"),
+    (lambda r: r.update(created_utc="yesterday"), "created_utc"),
+    (lambda r: r["kernels"]["01_scalar"].update(sha256="abc"), "sha256"),
+    (lambda r: r["cases"][0].pop("sdpa"), "lacks sdpa"),
+    (lambda r: r["cases"][0]["kernels"].update({"02_other": {}}), "no hash"),
+])
+def test_malformed_records_are_named(mutate, needle):
+    rec = synthetic_record()
+    mutate(rec)
+    assert any(needle in p for p in validate_record(rec))
+
+
+def test_write_refuses_malformed(results):
+    rec = synthetic_record()
+    rec.pop("git")
+    with pytest.raises(ValueError, match="malformed"):
+        write_record(rec)
+
+
+def test_roundtrip_and_fresh(results):
+    path = write_record(synthetic_record())
+    assert path.parent.name == gpu_slug("TEST GPU (NVIDIA L4 table entry)")
+    loaded, problems = load_records()
+    assert problems == [] and len(loaded) == 1
+    v = verify()
+    assert v.ok and [kid for _, kid, _ in v.fresh] == ["01_scalar"]
+
+
+def test_stale_kernel_hash_fails_verification(results):
+    write_record(synthetic_record(sha="f" * 64))
+    v = verify()
+    assert not v.ok
+    assert any("measure it again" in p for p in v.problems)
+    assert "01_scalar" in v.missing
+
+
+def test_newer_fresh_record_supersedes_a_stale_one(results):
+    write_record(synthetic_record(created="2026-01-01T00:00:00Z", sha="f" * 64))
+    write_record(synthetic_record(created="2026-02-01T00:00:00Z"))
+    v = verify()
+    assert v.ok and v.superseded == 1
+
+
+def test_unreadable_record_fails(results):
+    (results / "junk").mkdir()
+    (results / "junk" / "bad.json").write_text("{not json")
+    assert not verify().ok
+
+
+def test_report_rows_compare_with_fastest_sdpa(results):
+    write_record(synthetic_record(kernel_us=40.0))
+    rows = report_rows()
+    assert len(rows) == 2
+    row = rows[0]
+    assert row["sdpa_backend"] == "flash"
+    assert row["speedup_vs_sdpa"] == pytest.approx(20.0 / 40.0)
+    assert row["check_passed"] is True
+
+
+def test_stale_records_stay_out_of_reports(results):
+    write_record(synthetic_record(sha="f" * 64))
+    assert report_rows() == []
+
+
+def test_committed_records_verify():
+    """What is committed under results/ must be well formed and fresh."""
+    v = verify()
+    assert v.ok, "\n".join(v.problems)
+
+
+def test_record_files_are_sorted_json(results):
+    path = write_record(synthetic_record())
+    text = path.read_text()
+    assert json.loads(text)["kind"] == "bench" and text.endswith("\n")

@@ -1,0 +1,53 @@
+"""The static build of every registered kernel for sm_80, sm_89 and sm_90: no GPU needed."""
+import pytest
+
+from attnlab.registry import KERNELS, L4_MAX_SMEM_PER_BLOCK
+from attnlab.static import ARCHES, StaticReport, FunctionResources, classify, inspect_kernel, limit_problems, parse_ptxas
+
+PTXAS = """ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'k1' for 'sm_89'
+ptxas info    : Function properties for k1
+    16 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads
+ptxas info    : Used 255 registers, used 1 barriers, 32768 bytes smem, 400 bytes cmem[0]
+ptxas info    : Compiling entry function 'k2' for 'sm_89'
+ptxas info    : Function properties for k2
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 40 registers, used 0 barriers, 400 bytes cmem[0]
+"""
+
+
+def test_parse_ptxas_report():
+    k1, k2 = parse_ptxas(PTXAS)
+    assert (k1.name, k1.registers, k1.static_smem, k1.stack_bytes, k1.spill_stores, k1.spill_loads) == \
+        ("k1", 255, 32768, 16, 8, 4)
+    assert k1.spills and not k2.spills and k2.static_smem == 0
+
+
+def test_limits_flag_spills_and_smem():
+    spec = next(iter(KERNELS.values()))
+    rep = StaticReport(spec.id, "sm_89", [FunctionResources(spec.entry, 255, 60 * 1024, 8, 8, 8)], {},
+                       dynamic_smem_max=50 * 1024, build_seconds=0)
+    problems = limit_problems(rep, spec)
+    assert any("spills" in p for p in problems)
+    assert any(str(L4_MAX_SMEM_PER_BLOCK) in p for p in problems)
+
+
+def test_classify_sass():
+    cls = classify({"HMMA.16816.F32": 8, "LDGSTS.E.BYPASS.128": 4, "FFMA": 10, "SHFL.BFLY": 2, "NOP": 3})
+    assert cls["tensor core"] == 8 and cls["async copy"] == 4 and cls["fp32 math"] == 10
+    assert cls["shuffle"] == 2 and cls["other"] == 3
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("kernel_id", sorted(KERNELS))
+def test_builds_without_spill_within_l4_smem(kernel_id, arch):
+    rep = inspect_kernel(KERNELS[kernel_id], arch)
+    assert rep.ok, rep.problems
+    assert sum(rep.sass.values()) > 0
+    assert rep.sass_by_class()["local (spill)"] == 0
+
+
+def test_scalar_kernel_runs_on_cuda_cores():
+    rep = inspect_kernel(KERNELS["01_scalar"], "sm_89")
+    cls = rep.sass_by_class()
+    assert cls["tensor core"] == 0 and cls["fp32 math"] > 0 and cls["global load"] > 0
