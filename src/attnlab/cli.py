@@ -100,6 +100,33 @@ def cmd_bench(args) -> int:
     return 1 if failed else 0
 
 
+def cmd_sanitize(args) -> int:
+    from .sanitize import run_child, sanitize
+
+    if args.child:
+        return run_child(args.child)
+    if not _gpu_or_exit("sanitize"):
+        return 2
+    from tqdm.auto import tqdm
+
+    from .results import new_record, write_record
+
+    specs = registry.select(args.kernels)
+    work = [(s, t) for s in specs for t in args.tool]
+    cases = []
+    for spec, tool in tqdm(work, desc="compute-sanitizer", unit="run"):
+        res = sanitize(spec.id, tool)
+        cases.append(res)
+        print(f"{spec.id:<14} {tool:<10} {'clean' if res['clean'] else 'ERRORS'} ({res['errors']} reported)")
+        if not res["clean"]:
+            print(res["report_tail"], file=sys.stderr)
+    if not args.no_record:
+        record = new_record("sanitize", specs, settings={"tools": list(args.tool)})
+        record["cases"] = cases
+        print(f"record: {write_record(record)}")
+    return 0 if all(c["clean"] for c in cases) else 1
+
+
 def cmd_verify(args) -> int:
     from .results import verify
 
@@ -154,6 +181,13 @@ def main(argv=None) -> int:
         sp.add_argument("--quick", action="store_true", help="fewer seeds / shapes / repetitions")
         sp.add_argument("--no-record", action="store_true", help="do not write a record under results/")
         sp.set_defaults(fn=fn)
+    sp = sub.add_parser("sanitize", help="compute-sanitizer on each kernel at small shapes (GPU); writes a record")
+    sp.add_argument("kernels", nargs="*", metavar="KERNEL")
+    sp.add_argument("--tool", nargs="+", default=["memcheck", "racecheck", "synccheck"],
+                    choices=["memcheck", "racecheck", "synccheck", "initcheck"])
+    sp.add_argument("--no-record", action="store_true")
+    sp.add_argument("--child", metavar="KERNEL", help=argparse.SUPPRESS)
+    sp.set_defaults(fn=cmd_sanitize)
     sub.add_parser("verify-results", help="records well formed and fresh (no GPU needed)").set_defaults(fn=cmd_verify)
     sp = sub.add_parser("report", help="kernel vs fastest SDPA backend from the freshest records")
     sp.add_argument("--json", action="store_true")

@@ -18,7 +18,7 @@ from .registry import KERNELS
 from .sources import harness_hash, kernel_hash
 
 SCHEMA = 1
-KINDS = ("bench", "check")
+KINDS = ("bench", "check", "sanitize")
 REQUIRED = {"schema": int, "kind": str, "created_utc": str, "gpu": dict, "software": dict, "git": dict,
             "harness_sha256": str, "kernels": dict}
 REQUIRED_GPU = ("name", "compute_capability", "sm_count", "driver", "cuda_runtime")
@@ -87,9 +87,11 @@ def validate_record(rec) -> list[str]:
             for kid in case.get("kernels", {}):
                 if kid not in rec["kernels"]:
                     problems.append(f"cases[{i}] measures {kid}, which has no hash in the record")
-    elif rec["kind"] == "check":
+    else:
+        need = {"check": ("kernel", "shape", "causal", "seed", "passed", "max_err"),
+                "sanitize": ("kernel", "tool", "clean", "errors")}[rec["kind"]]
         for i, case in enumerate(rec["cases"]):
-            for key in ("kernel", "shape", "causal", "seed", "passed", "max_err"):
+            for key in need:
                 if key not in case:
                     problems.append(f"cases[{i}] lacks {key}")
     return problems

@@ -1,0 +1,57 @@
+"""compute-sanitizer (memcheck, racecheck, synccheck) over each kernel at small shapes.
+
+The sanitizer wraps a child process that launches one kernel a few times
+(`python -m attnlab sanitize --child KERNEL`); its report is parsed for the error summary.
+Small shapes keep the run short: the sanitizer slows kernels by 10-100x.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+
+from .shapes import Shape
+
+TOOLS = ("memcheck", "racecheck", "synccheck")
+# A tile tail (L = 77), a head dim the wide kernels take, both masks.
+SANITIZE_SHAPES = (Shape(1, 2, 77, 64), Shape(1, 1, 130, 128))
+_SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error", re.IGNORECASE)
+_HAZARD = re.compile(r"RACECHECK SUMMARY: (\d+) hazard", re.IGNORECASE)
+
+
+def run_child(kernel_id: str) -> int:
+    """Launch the kernel on every sanitize shape it supports, causal and not."""
+    import torch
+
+    from .check import make_inputs
+    from .launch import attention
+    from .registry import get
+
+    spec = get(kernel_id)
+    for shape in SANITIZE_SHAPES:
+        if not spec.supports_head_dim(shape.D):
+            continue
+        q, k, v = make_inputs(shape, seed=0)
+        for causal in ((False, True) if spec.causal else (False,)):
+            attention(kernel_id, q, k, v, causal=causal)
+    torch.cuda.synchronize()
+    return 0
+
+
+def sanitize(kernel_id: str, tool: str, timeout: int = 900) -> dict:
+    exe = shutil.which("compute-sanitizer")
+    if exe is None:
+        raise FileNotFoundError("compute-sanitizer is not on PATH (it ships with the CUDA toolkit)")
+    cmd = [exe, f"--tool={tool}", "--target-processes=all", sys.executable, "-m", "attnlab", "sanitize",
+           "--child", kernel_id]
+    if tool == "racecheck":
+        cmd[2:2] = ["--racecheck-report=hazard"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    text = proc.stdout + proc.stderr
+    errors = sum(int(n) for n in _SUMMARY.findall(text)) + sum(int(n) for n in _HAZARD.findall(text))
+    found_summary = bool(_SUMMARY.search(text) or _HAZARD.search(text))
+    clean = proc.returncode == 0 and errors == 0 and found_summary
+    tail = "\n".join(text.strip().splitlines()[-12:])
+    return {"kernel": kernel_id, "tool": tool, "clean": clean, "errors": errors,
+            "returncode": proc.returncode, "report_tail": tail}
