@@ -77,6 +77,9 @@ def test_report_rows_compare_with_fastest_sdpa(results):
     assert row["sdpa_backend"] == "flash"
     assert row["speedup_vs_sdpa"] == pytest.approx(20.0 / 40.0)
     assert row["check_passed"] is True
+    assert row["tflops"] == pytest.approx(4 * 8 * 512 ** 2 * 64 / (row["median_us"] * 1e-6) / 1e12)
+    assert row["share_of_peak"] == pytest.approx(row["tflops"] / 121.0)  # the name matches the L4 entry
+    assert row["share_of_matmul"] == pytest.approx(row["tflops"] / 100.0)
 
 
 def test_stale_records_stay_out_of_reports(results):

@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from .gpus import lookup, tflops
 from .paths import results_dir
 from .registry import KERNELS
+from .shapes import Shape
 from .sources import harness_hash, kernel_hash
 
 SCHEMA = 1
@@ -68,7 +70,7 @@ def validate_record(rec) -> list[str]:
     if rec["schema"] != SCHEMA:
         problems.append(f"schema {rec['schema']} is not {SCHEMA}")
     if rec["kind"] not in KINDS:
-        problems.append(f"kind {rec['kind']!r} is not one of {KINDS}")
+        return problems + [f"kind {rec['kind']!r} is not one of {KINDS}"]
     try:
         datetime.strptime(rec["created_utc"], "%Y-%m-%dT%H:%M:%SZ")
     except ValueError:
@@ -193,10 +195,17 @@ def report_rows(root: Path | None = None) -> list[dict]:
                 if "device" not in entry:
                     continue
                 t = entry["device"]["median_us"]
+                shape = Shape(*case["shape"])
+                achieved = tflops(shape, case["causal"], t)
+                spec = lookup(gpu)
+                matmul = rec.get("ceilings", {}).get("matmul", {}).get("tflops")
                 rows[(gpu, kid, tuple(case["shape"]), case["causal"])] = {
                     "gpu": gpu, "kernel": kid, "shape": case["shape"], "causal": case["causal"],
                     "median_us": t, "sdpa_backend": best_name, "sdpa_median_us": best,
                     "speedup_vs_sdpa": best / t, "check_passed": bool(entry["check"]["passed"]),
+                    "tflops": achieved,
+                    "share_of_peak": achieved / spec.fp16_tflops if spec else None,
+                    "share_of_matmul": achieved / matmul if matmul else None,
                     "recorded_utc": rec["created_utc"],
                 }
     return [rows[k] for k in sorted(rows)]
