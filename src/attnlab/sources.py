@@ -1,6 +1,7 @@
 """A kernel's source text and its fingerprint: the sha256 that records are checked against."""
 from __future__ import annotations
 
+import functools
 import hashlib
 from pathlib import Path
 
@@ -14,9 +15,18 @@ def source_files(spec: KernelSpec) -> list[Path]:
 
 
 def kernel_hash(spec: KernelSpec) -> str:
-    """sha256 over the kernel and its headers: any edit that can change the binary changes it."""
+    """sha256 over the kernel and its headers: any edit that can change the binary changes it.
+
+    Cached on the files' (mtime, size), so a launch pays a stat, not a hash; an edit made in a
+    notebook session still changes the hash and so triggers a rebuild."""
+    files = source_files(spec)
+    return _hash_files(tuple(files), tuple((p.stat().st_mtime_ns, p.stat().st_size) for p in files))
+
+
+@functools.lru_cache(maxsize=256)
+def _hash_files(files: tuple[Path, ...], stamps: tuple) -> str:
     h = hashlib.sha256()
-    for path in source_files(spec):
+    for path in files:
         h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
 
