@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup_env.sh
 if python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
-  python tools/run_book.py --save-results
+  python tools/run_book.py --full --save-results
 else
   echo "No CUDA GPU: building from the committed notebooks and records (nothing re-executed)."
 fi

@@ -37,7 +37,7 @@ step bench python3 -m attnlab bench $quick
 step report python3 -m attnlab report
 step pytest-gpu python3 -m pytest -q -m gpu tests
 if [ -f tools/run_book.py ]; then
-  step book python3 tools/run_book.py ${quick:+--quick} --save-results
+  step book python3 tools/run_book.py $([ -z "$quick" ] && echo --full) --save-results
 fi
 tar czf "$OUT/evidence.tar.gz" results book/*.ipynb "$OUT"/*.log 2>/dev/null
 ls -la "$OUT"

@@ -1,0 +1,448 @@
+"""The book: committed notebooks are clean and honest, the build passes with warnings as errors,
+and the built pages show their figures and rendered math in a real browser (headless chromium).
+
+Without chromium the browser tests fail, saying how to install it, unless ATTNLAB_SKIP_BROWSER=1
+(then they skip). ATTNLAB_CHROMIUM names another binary.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import run_book  # noqa: E402
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
+                  "--window-size=1280,2400", "--virtual-time-budget=15000")
+PAGES_WITH_MATH_AND_FIGURES = ("book/intro", "book/ch01_scalar")
+
+
+def notebooks() -> list[Path]:
+    return run_book.book_notebooks()
+
+
+# --- the committed notebooks ------------------------------------------------------------------
+
+def chapter_pages() -> dict[int, Path]:
+    """Chapter number -> its notebook (book/chNN_*.ipynb)."""
+    return {int(p.stem[2:4]): p for p in notebooks() if re.fullmatch(r"ch\d\d_\w+", p.stem)}
+
+
+def test_toc_lists_every_notebook_in_reading_order():
+    files = run_book.toc_files()
+    assert files[:4] == ["book/intro", "book/running", "book/environment", "book/ch01_scalar"]
+    on_disk = {f"book/{p.stem}" for p in (ROOT / "book").glob("*.ipynb")}
+    assert on_disk <= set(files), f"notebooks outside _toc.yml: {sorted(on_disk - set(files))}"
+    numbers = list(chapter_pages())
+    assert numbers == sorted(numbers) and numbers[0] == 1
+
+
+@pytest.mark.parametrize("path", notebooks(), ids=lambda p: p.stem)
+def test_notebook_is_committed_executed_and_clean(path):
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    assert "papermill" not in nb.metadata
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert [c.execution_count for c in code] == list(range(1, len(code) + 1)), "execute it in order, once"
+    for cell in code:
+        tags = cell.metadata.get("tags", [])
+        assert "injected-parameters" not in tags
+        assert not {"papermill", "execution"} & set(cell.metadata), f"{cell.id}: run metadata left in"
+        for out in cell.outputs:
+            assert out.output_type != "error", f"{cell.id} holds an error"
+            assert not (out.output_type == "stream" and out.name == "stderr"), f"{cell.id} wrote to stderr"
+            assert "image/svg+xml" not in out.get("data", {}), f"{cell.id}: figures are PNG (SVG changes every run)"
+
+
+def test_chapter_notebooks_take_the_batch_parameters():
+    for path in notebooks():
+        if path.stem.startswith("ch"):
+            assert {"quick", "save_results"} <= run_book.declared_parameters(path), path.name
+
+
+def _ignored_output_text(path: Path) -> str:
+    nb = nbformat.read(path, as_version=4)
+    texts = []
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "nbval-ignore-output" in cell.metadata.get("tags", []):
+            for out in cell.outputs:
+                texts.append(out.get("text", ""))
+                texts += [v for k, v in out.get("data", {}).items() if "text" in k and isinstance(v, str)]
+    return "\n".join(texts)
+
+
+def test_no_time_is_shown_without_a_fresh_record():
+    """While no kernel of a chapter has a fresh bench record, its committed page must say so and
+    show no time: numbers come from records, never from a notebook alone."""
+    from attnlab.book import fresh_records
+    from attnlab.registry import KERNELS
+
+    for chapter, page in chapter_pages().items():
+        kernels = [k for k, spec in KERNELS.items() if spec.chapter == chapter]
+        assert kernels, f"{page.name}: no kernel of chapter {chapter} in the registry"
+        if any(fresh_records("bench", k) for k in kernels):
+            continue
+        text = _ignored_output_text(page)
+        assert "Measured now" not in text, \
+            f"{page.name} shows a GPU run, but results/ holds no fresh bench record of {kernels}"
+        assert "No fresh timing" in text and "No fresh measurement" in text, page.name
+        assert not re.search(r"\d\s*(µs|us|ms)\b", text), f"{page.name} shows a time without a record"
+
+
+def test_clean_strips_what_papermill_adds():
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell("quick = True", metadata={"tags": ["parameters"]}, execution_count=1)
+    injected = nbformat.v4.new_code_cell("quick = False", execution_count=2,
+                                         metadata={"tags": ["injected-parameters"], "papermill": {}})
+    body = nbformat.v4.new_code_cell("1 + 1", execution_count=3,
+                                     metadata={"papermill": {"duration": 1.0}, "execution": {"x": "t"}, "tags": []},
+                                     outputs=[nbformat.v4.new_output("execute_result", {"text/plain": "2"},
+                                                                     execution_count=3)])
+    nb.cells = [params, injected, body]
+    nb.metadata["papermill"] = {"parameters": {"quick": False}}
+    out = run_book.clean(nb)
+    assert [c.source for c in out.cells] == ["quick = True", "1 + 1"]
+    assert "papermill" not in out.metadata
+    assert out.cells[1].metadata == {}
+    assert out.cells[1].execution_count == 2 and out.cells[1].outputs[0].execution_count == 2
+
+
+def test_run_one_writes_back_only_success(tmp_path, monkeypatch):
+    monkeypatch.setattr(run_book, "FAILED_DIR", tmp_path / "failed")
+    good = tmp_path / "good.ipynb"
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                           "language": "python"}})
+    nb.cells = [nbformat.v4.new_code_cell("quick = True", metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell("print('quick' if quick else 'full')")]
+    nbformat.write(nb, good)
+    assert run_book.run_one(good, {"quick": False, "save_results": True}, None, 120) is None
+    out = nbformat.read(good, as_version=4)
+    assert [c.source for c in out.cells] == ["quick = True", "print('quick' if quick else 'full')"]
+    assert out.cells[1].outputs[0].text == "full\n" and "papermill" not in out.metadata
+
+    bad = tmp_path / "bad.ipynb"
+    nb.cells.append(nbformat.v4.new_code_cell("raise ValueError('boom')"))
+    nbformat.write(nb, bad)
+    before = bad.read_bytes()
+    error = run_book.run_one(bad, {}, None, 120)
+    assert error and "boom" in error
+    assert bad.read_bytes() == before, "a failed notebook is left as it was"
+    assert (tmp_path / "failed" / "bad.ipynb").exists()
+
+
+def test_sanitize_file_masks_units():
+    from nbval.plugin import get_sanitize_patterns
+
+    patterns = get_sanitize_patterns((ROOT / "book" / "nbval_sanitize.cfg").read_text())
+    assert patterns
+
+    def sanitize(s):
+        for regex, replace in patterns:
+            s = re.sub(regex, replace, s)
+        return s
+
+    assert sanitize("took 871.2 µs, 0.62 TFLOP/s, 300 GB/s") == sanitize("took 12.0 µs, 45.1 TFLOP/s, 900 GB/s")
+    assert sanitize("178 registers, 32768 B static") == sanitize("96 registers, 16384 B static")
+    assert sanitize("8864 instructions: 1837 fp32 math") == sanitize("9000 instructions: 12 fp32 math")
+    assert sanitize("grid (4, 8, 1)") != sanitize("grid (4, 9, 1)")
+
+
+# --- the dual-mode helpers, with records and with a (simulated) GPU ----------------------------
+
+@pytest.fixture
+def results(tmp_path, monkeypatch):
+    """An empty results/ of our own: the committed one is never touched."""
+    monkeypatch.setenv("ATTNLAB_RESULTS", str(tmp_path / "results"))
+    return tmp_path / "results"
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    from attnlab import book
+
+    monkeypatch.setattr(book, "has_gpu", lambda: False)
+    return book
+
+
+def _check_record(kernel="01_scalar", sha=None, created="2026-01-02T00:00:00Z"):
+    from synthetic import synthetic_record
+
+    rec = synthetic_record(created=created, kernel=kernel, sha=sha)
+    rec["kind"] = "check"
+    rec["cases"] = [{"kernel": kernel, "shape": [1, 8, 512, 64], "causal": c, "seed": 0, "passed": True,
+                     "max_err": 1e-4, "fp16_err": 1e-3, "tolerance": 2.1e-3, "sdpa_err": 5e-4, "reason": ""}
+                    for c in (False, True)]
+    return rec
+
+
+def test_without_records_the_steps_say_so(results, no_gpu, capsys):
+    book = no_gpu
+    assert book.check("01_scalar") is None
+    assert book.bench(["01_scalar"]) is None
+    assert "No fresh measurement of 01_scalar" in book.measured_sentence(None, "01_scalar")
+    assert book.case_time(None, "01_scalar") is None
+    assert book.recorded_gpus() == []
+
+
+def test_fresh_records_are_shown_labelled(results, no_gpu, capsys):
+    from synthetic import synthetic_record
+
+    from attnlab.results import write_record
+    from attnlab.shapes import MISSION
+
+    book = no_gpu
+    write_record(synthetic_record(shapes=[(1, 8, L, 64) for L in (256, 512, 1024)]), results)
+    write_record(_check_record(), results)
+    rec = book.bench(["01_scalar"])
+    assert rec is not None and rec["gpu"]["name"].startswith("TEST GPU")
+    shown = book.check("01_scalar")
+    assert shown and all(r.passed for r in shown)
+    out = capsys.readouterr().out
+    assert "Committed bench record:\n  TEST GPU" in out and "2026-01-01" in out
+    assert "Committed check record:\n  TEST GPU" in out and "2/2 cases passed" in out
+    sentence = book.measured_sentence(rec, "01_scalar")
+    assert "100.0 µs" in sentence and "flash" in sentence and "floor" in sentence
+    assert book.case_time(rec, "01_scalar", MISSION, True) == 100.0
+    assert book.latest_bench(book.by_key("L4")) is not None
+    assert "fresh kernels: 01_scalar" in book.recorded_gpus()[0]
+    fig = book.roofline(book.by_key("L4"), rec)
+    assert len(fig.axes[0].collections) == len(book.roofline_points(rec))
+
+
+def test_stale_records_are_not_shown(results, no_gpu):
+    from synthetic import synthetic_record
+
+    from attnlab.results import write_record
+
+    book = no_gpu
+    write_record(synthetic_record(sha="0" * 64), results)
+    write_record(_check_record(sha="0" * 64), results)
+    assert book.fresh_records("bench", "01_scalar") == []
+    assert book.bench(["01_scalar"]) is None and book.check("01_scalar") is None
+    assert "older kernels/01_scalar.cu" in book._stale_note("bench", "01_scalar")
+    assert "fresh kernels: none" in book.recorded_gpus()[0]
+
+
+def test_only_fresh_drops_changed_kernels(results):
+    from synthetic import synthetic_record
+
+    from attnlab import book
+
+    rec = synthetic_record()
+    rec["kernels"]["old_kernel"] = {"sha256": "1" * 64, "source": "x.cu"}
+    for case in rec["cases"]:
+        case["kernels"]["old_kernel"] = case["kernels"]["01_scalar"]
+    kept = book.only_fresh(rec)
+    assert set(kept["kernels"]) == {"01_scalar"}
+    assert all(set(c["kernels"]) == {"01_scalar"} for c in kept["cases"])
+    assert "old_kernel" in rec["kernels"], "the record itself is left alone"
+
+
+def test_gpu_path_measures_asserts_and_saves(results, monkeypatch, capsys):
+    """The GPU branch, with the measurement itself replaced: what it prints, saves and asserts."""
+    from synthetic import synthetic_record
+
+    import attnlab.bench
+    import attnlab.check
+    import attnlab.results
+    from attnlab import book
+    from attnlab.check import CaseResult
+
+    monkeypatch.setattr(book, "has_gpu", lambda: True)
+    monkeypatch.setattr(book, "device_name", lambda: "TEST GPU (NVIDIA L4 table entry)")
+    monkeypatch.setattr(attnlab.results, "new_record", lambda kind, specs, settings=None: {
+        **_check_record(), "settings": settings or {}})
+    passed = [CaseResult("01_scalar", (1, 8, 512, 64), False, 0, True, 1e-4, 1e-3, 2.1e-3, 5e-4)]
+    monkeypatch.setattr(attnlab.check, "run_suite", lambda specs, seeds, progress: passed)
+    monkeypatch.setattr(attnlab.bench, "run_bench", lambda specs, shapes, quick, progress: synthetic_record(
+        shapes=[tuple(s) for s in shapes]))
+
+    assert book.check("01_scalar", save=True) == passed
+    rec = book.bench(["01_scalar"], quick=True, save=True)
+    assert rec["cases"] and len(list(results.rglob("*.json"))) == 2
+    out = capsys.readouterr().out
+    assert "Checked now on TEST GPU" in out and "Measured now:\n  TEST GPU" in out
+
+    failed = [CaseResult("01_scalar", (1, 2, 17, 64), True, 0, False, 1.0, 1e-3, 2.1e-3, 5e-4, "max error")]
+    monkeypatch.setattr(attnlab.check, "run_suite", lambda specs, seeds, progress: failed)
+    with pytest.raises(AssertionError, match="1 cases failed"):
+        book.check("01_scalar")
+    wrong = synthetic_record()
+    wrong["cases"][0]["kernels"]["01_scalar"]["check"]["passed"] = False
+    monkeypatch.setattr(attnlab.bench, "run_bench", lambda specs, shapes, quick, progress: wrong)
+    with pytest.raises(AssertionError, match="no result"):
+        book.bench(["01_scalar"])
+
+
+def test_chapter_renders_figures_from_a_record(results, tmp_path):
+    """ch01 executed against a results/ holding a record (the GPU hidden from the kernel): the
+    measuring cells draw the record's figures and the prose gets its numbers."""
+    import papermill
+    from synthetic import synthetic_record
+
+    from attnlab.results import write_record
+    from attnlab.shapes import QUICK_SWEEP_LENGTHS
+
+    write_record(synthetic_record(shapes=[(1, 8, L, 64) for L in QUICK_SWEEP_LENGTHS]), results)
+    out = tmp_path / "ch01.ipynb"
+    env = {"ATTNLAB_RESULTS": str(results), "CUDA_VISIBLE_DEVICES": ""}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        papermill.execute_notebook(str(ROOT / "book" / "ch01_scalar.ipynb"), str(out), cwd=str(ROOT / "book"),
+                                   progress_bar=False, kernel_name="python3")
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    nb = nbformat.read(out, as_version=4)
+    bench_cell = next(c for c in nb.cells if c.cell_type == "code" and "book.bench(" in c.source)
+    pngs = [o for o in bench_cell.outputs if "image/png" in o.get("data", {})]
+    assert len(pngs) == 4, "bars and sweep, causal and not"
+    assert "Committed bench record:\n  TEST GPU" in "".join(o.get("text", "") for o in bench_cell.outputs)
+    glued = [v for c in nb.cells if c.cell_type == "code" for o in c.outputs
+             for k, v in o.get("data", {}).items() if k.startswith("application/papermill.record/")]
+    assert any("01_scalar took 100.0 µs" in v for v in glued), glued
+    assert any("Measured: causal took 1.00 times" in v for v in glued), glued
+
+
+# --- the build --------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    """The book built from the working tree into a temporary folder, offline, warnings as errors."""
+    jb = shutil.which("jupyter-book") or str(Path(sys.executable).with_name("jupyter-book"))
+    out = tmp_path_factory.mktemp("book")
+    proc = subprocess.run([jb, "build", str(ROOT), "--path-output", str(out), "-W", "-n", "--keep-going"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"jupyter-book build failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-4000:]}"
+    html = out / "_build" / "html"
+    assert (html / "index.html").exists()
+    return html
+
+
+def test_build_has_every_page_and_offline_mathjax(built):
+    for page in run_book.toc_files():
+        assert (built / f"{page}.html").exists(), page
+    assert (built / "_static" / "mathjax" / "tex-mml-chtml.js").stat().st_size > 500_000
+    assert list((built / "_static" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2").glob("*.woff"))
+    for page in PAGES_WITH_MATH_AND_FIGURES:
+        text = (built / f"{page}.html").read_text()
+        scripts = re.findall(r'<script[^>]+src="([^"]+)"', text)
+        assert any("_static/mathjax/tex-mml-chtml.js" in s for s in scripts), scripts
+        assert not [s for s in scripts if s.startswith(("http:", "https:", "//"))], "a script from the network"
+
+
+# --- the browser ------------------------------------------------------------------------------
+
+def chromium() -> str | None:
+    for cand in (os.environ.get("ATTNLAB_CHROMIUM"), "chromium", "chromium-browser", "google-chrome",
+                 "/usr/bin/chromium"):
+        if cand and shutil.which(cand):
+            return shutil.which(cand)
+    return None
+
+
+def require_browser() -> str:
+    """The chromium binary; without one the calling test fails, or skips if ATTNLAB_SKIP_BROWSER=1."""
+    found = chromium()
+    if found:
+        return found
+    if os.environ.get("ATTNLAB_SKIP_BROWSER") == "1":
+        pytest.skip("no chromium, and ATTNLAB_SKIP_BROWSER=1")
+    pytest.fail("chromium not found: install it (Debian: apt-get install -y chromium) or set "
+                "ATTNLAB_CHROMIUM to a Chrome/Chromium binary; ATTNLAB_SKIP_BROWSER=1 skips the browser tests")
+
+
+class _Page(HTMLParser):
+    """The img sources, the MathJax containers, and the visible text of a dumped DOM."""
+
+    def __init__(self):
+        super().__init__()
+        self.images: list[str] = []
+        self.mathjax = 0
+        self.text: list[str] = []
+        self._skip = 0
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "img":
+            self.images.append(dict(attrs).get("src", ""))
+        elif tag == "mjx-container":
+            self.mathjax += 1
+        if tag in ("script", "style", "mjx-assistive-mml", "math"):
+            self._skip += 1
+
+    def handle_endtag(self, tag):
+        if tag in ("script", "style", "mjx-assistive-mml", "math") and self._skip:
+            self._skip -= 1
+
+    def handle_data(self, data):
+        if not self._skip:
+            self.text.append(data)
+
+
+def _run_chromium(binary: str, args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    cmd = [binary, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("page", PAGES_WITH_MATH_AND_FIGURES)
+def test_page_in_browser_has_figures_and_rendered_math(built, page, tmp_path):
+    browser = require_browser()
+    html = built / f"{page}.html"
+    proc = _run_chromium(browser, ["--dump-dom", html.as_uri()], tmp_path)
+    assert proc.returncode == 0 and "<html" in proc.stdout, f"chromium failed: {proc.stderr[-3000:]}"
+    dom = _Page()
+    dom.feed(proc.stdout)
+
+    pngs = [src for src in dom.images if src.split("?")[0].endswith(".png")]
+    assert pngs, f"{page}: no figure in the page"
+    for src in pngs:
+        path = (html.parent / src.split("?")[0]).resolve()
+        assert path.is_file(), f"{page}: figure {src} is missing"
+        data = path.read_bytes()
+        assert data[:8] == PNG_MAGIC and len(data) > 5000, f"{page}: {src} is not a real PNG"
+
+    assert dom.mathjax > 0, f"{page}: MathJax rendered nothing (no mjx-container in the DOM)"
+    text = "".join(dom.text)
+    for raw in ("$$", r"\frac", r"\begin", r"\[", r"\(", r"\operatorname"):
+        assert raw not in text, f"{page}: raw TeX {raw!r} left in the rendered page"
+
+    shot = tmp_path / f"{Path(page).name}.png"
+    proc = _run_chromium(browser, [f"--screenshot={shot}", html.as_uri()], tmp_path)
+    assert proc.returncode == 0 and shot.read_bytes()[:8] == PNG_MAGIC, f"no screenshot: {proc.stderr[-2000:]}"
+    assert shot.stat().st_size > 50_000, "the screenshot is nearly empty"
+
+
+def test_committed_figures_are_png_and_match_the_build(built):
+    """Each PNG output of the notebooks appears among the built images (none lost on the way)."""
+    import base64
+    import hashlib
+
+    built_images = {hashlib.sha256(p.read_bytes()).hexdigest() for p in (built / "_images").glob("*.png")}
+    for path in notebooks():
+        for cell in nbformat.read(path, as_version=4).cells:
+            for out in cell.get("outputs", []):
+                png = out.get("data", {}).get("image/png")
+                if png:
+                    digest = hashlib.sha256(base64.b64decode(png)).hexdigest()
+                    assert digest in built_images, f"{path.name} {cell.id}: figure missing from the build"
+
+
+def test_json_of_notebooks_is_stable():
+    """nbformat's own layout (indent 1, sorted keys): re-executing rewrites the same bytes."""
+    for path in notebooks():
+        nb = nbformat.read(path, as_version=4)
+        assert path.read_text() == nbformat.writes(nb) + "\n", f"{path.name} is not in nbformat's layout"
+        json.loads(path.read_text())
