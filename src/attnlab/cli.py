@@ -35,12 +35,13 @@ def cmd_inspect(args) -> int:
     if args.json:
         print(json.dumps([r.to_dict() for r in reports], indent=1))
     else:
-        print(f"{'kernel':<14} {'arch':<6} {'regs':>4} {'smem':>7} {'dyn smem':>8} {'stack':>5} {'spill':>5}  "
-              "SASS: total, tensor, fp32, shared ld/st, global ld")
+        width = max([len(f.name) for r in reports for f in r.functions] + [8])
+        print(f"{'function':<{width}} {'arch':<6} {'regs':>4} {'smem':>7} {'dyn smem':>8} {'stack':>5} "
+              f"{'spill':>5}  SASS of the file: total, tensor, fp32, shared ld/st, global ld")
         for r in reports:
+            cls = r.sass_by_class()
             for f in r.functions:
-                cls = r.sass_by_class()
-                print(f"{r.kernel:<14} {r.arch:<6} {f.registers:>4} {f.static_smem:>7} {r.dynamic_smem_max:>8} "
+                print(f"{f.name:<{width}} {r.arch:<6} {f.registers:>4} {f.static_smem:>7} {r.dynamic_smem_max:>8} "
                       f"{f.stack_bytes:>5} {f.spill_stores + f.spill_loads:>5}  {sum(r.sass.values())}, "
                       f"{cls['tensor core']}, {cls['fp32 math']}, {cls['shared load']}/{cls['shared store']}, "
                       f"{cls['global load']}")

@@ -126,14 +126,14 @@ def sass_opcodes(cubin: Path) -> Counter:
 def classify(opcodes: dict[str, int]) -> dict[str, int]:
     counts = {name: 0 for name in SASS_CLASSES}
     counts["other"] = 0
+    exact = {m: name for name, members in SASS_CLASSES.items() for m in members if "." in m}
     for op, n in opcodes.items():
-        base = op.split(".")[0]
-        for name, members in SASS_CLASSES.items():
-            if base in members or op in members:
-                counts[name] += n
-                break
-        else:
-            counts["other"] += n
+        # An exact dotted match (HADD2.F32: a conversion) wins over the base opcode (HADD2).
+        name = next((exact[m] for m in exact if op == m or op.startswith(m + ".")), None)
+        if name is None:
+            base = op.split(".")[0]
+            name = next((c for c, members in SASS_CLASSES.items() if base in members), "other")
+        counts[name] += n
     return counts
 
 
