@@ -25,3 +25,32 @@ __device__ __forceinline__ float safe_exp_diff(float x, float m) {
 }
 
 }  // namespace attn
+
+// Warp reductions (chapter 3 on). A butterfly over aligned groups of `width` lanes (a power of
+// two, 1..32): at each step lane i adds the value of lane i ^ off, off = width/2, ..., 1. After
+// log2(width) steps every lane of a group holds the result for its own group and no other: lanes
+// 0..width-1 never see lanes width..2*width-1, so a group that owns one query row never adds in
+// another row's values. Each lane must pass its OWN partial value: reducing a value that the
+// group already shares (a result of an earlier reduction) returns it width times too large.
+// Every lane of the warp must call with the same width (the mask is the full warp). The loop is
+// unrolled over off = 16..1 and skips the steps with off >= width, so a width known only at run
+// time costs no loop control.
+namespace attn {
+
+constexpr unsigned FULL_MASK = 0xffffffffu;
+
+__device__ __forceinline__ float warp_sum(float v, int width = 32) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+        if (off < width) v += __shfl_xor_sync(FULL_MASK, v, off);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v, int width = 32) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+        if (off < width) v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, off));
+    return v;
+}
+
+}  // namespace attn

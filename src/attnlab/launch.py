@@ -7,6 +7,7 @@ exact C types of the kernel signature.
 """
 from __future__ import annotations
 
+import importlib
 import math
 
 import numpy as np
@@ -49,6 +50,10 @@ def validate(spec: KernelSpec, q, k, v, causal: bool = False, scale: float | Non
         if not t.is_contiguous():
             raise AttentionInputError(f"{name} is not contiguous (strides {t.stride()}); "
                                       "the kernels index [B, H, L, D] row-major: pass .contiguous()")
+    for name, t in zip(names, tensors):
+        if t.data_ptr() % spec.alignment:
+            raise AttentionInputError(f"{name} does not start on a {spec.alignment}-byte boundary (a view with a "
+                                      f"storage offset?); {spec.id} loads {spec.alignment} bytes at a time: pass .clone()")
     shape = Shape(*q.shape)
     if not spec.supports_head_dim(shape.D):
         raise AttentionInputError(f"{spec.id} supports head dim D in {spec.head_dim_text()}; got D={shape.D}")
@@ -101,7 +106,10 @@ def launch(spec: KernelSpec, shape: Shape, q, k, v, out, causal: bool, scale: fl
 
     from .compile import load_function
 
-    fn = load_function(spec)
+    if spec.runner is not None:  # the kernel is one step of a larger computation (chapter 4)
+        module, _, function = spec.runner.partition(":")
+        return getattr(importlib.import_module(module), function)(spec, shape, q, k, v, out, causal, scale)
+    fn = load_function(spec, spec.entry_for(shape.D))
     cfg = spec.launch_config(shape)
     smem = cfg["dynamic_smem"]
     if smem > DEFAULT_SMEM_LIMIT:  # the opt-in above 48 KB, per function

@@ -37,10 +37,23 @@ class KernelSpec:
     max_len: int | None = None                 # None: any L >= 1
     summary: str = ""
     extra_sources: tuple[str, ...] = field(default=("common.cuh",))
+    # Bytes every data pointer (q, k, v, out) must be a multiple of: 16 for kernels that load
+    # 16-byte vectors (a contiguous view with a storage offset can break it). Checked before launch.
+    alignment: int = 2
+    # "module:function" that runs the whole computation around this kernel, for kernels that are
+    # one step of it (the chapter 4 hybrid); None: the fused (q, k, v, o, L, D, scale, causal) launch.
+    runner: str | None = None
+    # Kernels compiled once per head dim: D -> extern "C" entry (then `entry` is one of them);
+    # None: `entry` serves every supported D.
+    entries_by_head_dim: dict[int, str] | None = field(default=None, hash=False)
 
     @property
     def path(self):
         return kernels_dir() / self.source
+
+    def entry_for(self, D: int) -> str:
+        """The extern "C" entry point that runs head dim D."""
+        return self.entries_by_head_dim[D] if self.entries_by_head_dim is not None else self.entry
 
     def supports_head_dim(self, D: int) -> bool:
         if self.head_dims is not None:
@@ -57,7 +70,33 @@ class KernelSpec:
                 "dynamic_smem": self.dynamic_smem(shape)}
 
 
+# Launch constants mirrored from the .cu files (tests/test_registry.py and
+# tests/test_cpu_models*.py read them back from the sources).
 _SCALAR_THREADS = 128  # must match THREADS in kernels/01_scalar.cu (checked by the tests)
+_TILING_ROWS = 128     # ROWS in kernels/02_block_tiling.cu: query rows (threads) per block
+_TILING_KEYS = 32      # KEYS in kernels/02_block_tiling.cu: keys per K/V tile
+_TILING_Q_STRIDE = _TILING_ROWS + 2  # Q_STRIDE in kernels/02_block_tiling.cu
+_WARP_KEYS = 32        # KEYS in kernels/03_warp_reductions.cu
+_WARP_VEC = 8          # VEC in kernels/03_warp_reductions.cu: halves per lane (one 16-byte load)
+_SOFTMAX_WARPS = 4     # WARPS in kernels/04_row_softmax.cu: rows (one per warp) per block
+
+
+def _tiling_smem(D: int) -> int:
+    """Q tile [D][Q_STRIDE] plus one K and one V tile [KEYS][D], fp16."""
+    return (D * _TILING_Q_STRIDE + 2 * _TILING_KEYS * D) * 2
+
+
+def _lanes_per_row(D: int) -> int:
+    """lanes_per_row() of kernels/03_warp_reductions.cu: the smallest power of two G with G * 8 >= D."""
+    g = 1
+    while g * _WARP_VEC < D:
+        g *= 2
+    return g
+
+
+def _warp_rows_per_block(warps: int, D: int) -> int:
+    return warps * 32 // _lanes_per_row(D)
+
 
 KERNELS: dict[str, KernelSpec] = {}
 
@@ -78,6 +117,47 @@ register(KernelSpec(
     block=lambda s: (_SCALAR_THREADS, 1, 1),
     grid=lambda s: (_cdiv(s.L, _SCALAR_THREADS), s.B * s.H, 1),
     summary="one thread per query row, fp32 online softmax on CUDA cores",
+))
+
+register(KernelSpec(
+    id="02_block_tiling",
+    chapter=2,
+    title="Block tiling",
+    source="02_block_tiling.cu",
+    entry="attn_fwd_02_block_tiling",
+    block=lambda s: (_TILING_ROWS, 1, 1),
+    grid=lambda s: (_cdiv(s.L, _TILING_ROWS), s.B * s.H, 1),
+    dynamic_smem=lambda s: _tiling_smem(s.D),
+    summary="Q and K/V tiles in shared memory shared by a block's 128 rows; online softmax across tiles",
+))
+
+for _warps in (4, 8):
+    register(KernelSpec(
+        id=f"03_warp_rows_{_warps}w",
+        chapter=3,
+        title=f"Warp reductions, {_warps} warps",
+        source="03_warp_reductions.cu",
+        entry=f"attn_fwd_03_warp_rows_{_warps}w",
+        block=lambda s, w=_warps: (w * 32, 1, 1),
+        grid=lambda s, w=_warps: (_cdiv(s.L, _warp_rows_per_block(w, s.D)), s.B * s.H, 1),
+        dynamic_smem=lambda s: 2 * 2 * _WARP_KEYS * s.D * 2,  # 2 buffers x (K, V) x KEYS x D halves
+        head_dims=frozenset(range(8, 129, 8)),
+        alignment=16,
+        summary=f"lanes split D (16-byte loads), shuffle reductions, one barrier per tile; {_warps} warps",
+    ))
+
+register(KernelSpec(
+    id="04_cublas_hybrid",
+    chapter=4,
+    title="cuBLAS hybrid",
+    source="04_row_softmax.cu",
+    entry="attn_softmax_04_rows",
+    block=lambda s: (_SOFTMAX_WARPS * 32, 1, 1),
+    grid=lambda s: (_cdiv(s.L, _SOFTMAX_WARPS), s.B * s.H, 1),
+    runner="attnlab.hybrid:run_cublas_hybrid",
+    # The runner is part of what a record measures: its source is hashed with the kernel's.
+    extra_sources=("common.cuh", "../src/attnlab/hybrid.py"),
+    summary="cuBLAS S = QK^T (fp16), a warp-per-row fp32 softmax kernel in place, cuBLAS P V",
 ))
 
 
