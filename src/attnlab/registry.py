@@ -161,6 +161,68 @@ register(KernelSpec(
 ))
 
 
+# Chapters 5 and 6: the WMMA tile shared by both (kernels/wmma_tile.cuh), chapter 5's key tile and
+# chapter 6's stages and producer warps. tests/test_kernels_05_06_static.py reads each constant
+# back from the named source and the shared-memory sizes from the kernels' static_asserts.
+_WMMA_BLOCK_M = 64        # BLOCK_M in kernels/wmma_tile.cuh: query rows per block
+_WMMA_WARP_M = 16         # WARP_M in kernels/wmma_tile.cuh: query rows per compute warp
+_WMMA_PAD_HALF = 8        # PAD_HALF in kernels/wmma_tile.cuh: padding of fp16 rows (halves)
+_WMMA_PAD_FLOAT = 4       # PAD_FLOAT in kernels/wmma_tile.cuh: padding of fp32 rows (floats)
+_WMMA_THREADS = 32 * _WMMA_BLOCK_M // _WMMA_WARP_M  # THREADS in kernels/05_wmma.cu (128)
+_WMMA05_BLOCK_N = 64      # BLOCK_N in kernels/05_wmma.cu: keys per tile
+_WS06_BLOCK_N = {64: 64, 128: 32}  # BLOCK_N<D> in kernels/06_warp_specialized.cu
+# (stages, producer warps) of chapter 6's kernel and of its sweep variants, by registry id.
+_WS06_VARIANTS = {"06_warp_specialized": (2, 1), "06_ws_s1_p1": (1, 1), "06_ws_s3_p1": (3, 1),
+                  "06_ws_s1_p2": (1, 2), "06_ws_s2_p2": (2, 2), "06_ws_s3_p2": (3, 2)}
+
+
+def _wmma_smem(D: int, block_n: int, kv_tiles: int) -> int:
+    """Dynamic shared memory of chapters 5 and 6 (Tiles in kernels/wmma_tile.cuh): kv_tiles padded
+    K/V tiles [block_n][D + 8] fp16, then S [64][block_n + 4] fp32, P [64][block_n + 8] fp16 and
+    O [64][D + 4] fp32."""
+    kv = block_n * (D + _WMMA_PAD_HALF) * 2
+    s = _WMMA_BLOCK_M * (block_n + _WMMA_PAD_FLOAT) * 4
+    p = _WMMA_BLOCK_M * (block_n + _WMMA_PAD_HALF) * 2
+    o = _WMMA_BLOCK_M * (D + _WMMA_PAD_FLOAT) * 4
+    return kv_tiles * kv + s + p + o
+
+
+register(KernelSpec(
+    id="05_wmma",
+    chapter=5,
+    title="WMMA",
+    source="05_wmma.cu",
+    entry="attn_fwd_05_wmma",
+    block=lambda s: (_WMMA_THREADS, 1, 1),
+    grid=lambda s: (_cdiv(s.L, _WMMA_BLOCK_M), s.B * s.H, 1),
+    dynamic_smem=lambda s: _wmma_smem(s.D, _WMMA05_BLOCK_N, 2),
+    head_dims=frozenset({64, 128}),
+    alignment=16,
+    extra_sources=("common.cuh", "wmma_tile.cuh"),
+    summary="fused: WMMA 16x16x16 QK^T and PV (fp32 accumulate), scores and O staged in shared memory",
+))
+
+for _id, (_stages, _producers) in _WS06_VARIANTS.items():
+    _default = _id == "06_warp_specialized"
+    register(KernelSpec(
+        id=_id,
+        chapter=6,
+        title="Warp specialization" + ("" if _default else f" ({_stages} stg, {_producers} prod)"),
+        source="06_warp_specialized.cu" if _default else f"{_id}.cu",
+        entry="attn_fwd_06_warp_specialized" if _default else f"attn_fwd_{_id}",
+        block=lambda s, p=_producers: (32 * (_WMMA_BLOCK_M // _WMMA_WARP_M + p), 1, 1),
+        grid=lambda s: (_cdiv(s.L, _WMMA_BLOCK_M), s.B * s.H, 1),
+        dynamic_smem=lambda s, st=_stages: _wmma_smem(s.D, _WS06_BLOCK_N.get(s.D, 32), 2 * st),
+        head_dims=frozenset({64, 128}),
+        alignment=16,
+        extra_sources=("common.cuh", "wmma_tile.cuh") + (() if _default else ("06_warp_specialized.cu",)),
+        summary=("a producer warp cp.asyncs K/V into a 2-stage ring for 4 WMMA consumer warps; "
+                 "named-barrier hand-off" if _default else
+                 f"sweep variant of 06_warp_specialized: {_stages} stage{'s' * (_stages > 1)}, "
+                 f"{_producers} producer warp{'s' * (_producers > 1)}"),
+    ))
+
+
 def get(kernel_id: str) -> KernelSpec:
     try:
         return KERNELS[kernel_id]
