@@ -223,6 +223,43 @@ for _id, (_stages, _producers) in _WS06_VARIANTS.items():
     ))
 
 
+# Chapter 7 (kernels/07_mma_swizzle.cu): constants mirrored from the source, checked by
+# tests/test_kernel_07_static.py. One entry per head dim; the two ablations are separate ids.
+_MMA07_WARPS = 4                     # WARPS: 16 query rows each
+_MMA07_BLOCK_M = 16 * _MMA07_WARPS   # query rows per CTA
+_MMA07_BLOCK_N = {64: 64, 128: 32}   # BLOCK_N_D64, BLOCK_N_D128: keys per K/V tile
+
+
+def _mma07_smem(D: int, stages: int) -> int:
+    """Q tile + stages x (K tile + V tile), fp16: 40 KB (D=64) and 48 KB (D=128) double-buffered."""
+    return 2 * D * (_MMA07_BLOCK_M + stages * 2 * _MMA07_BLOCK_N[D])
+
+
+for _kid, _suffix, _stages, _title, _summary in (
+        ("07_mma", "", 2, "Swizzle + double buffer",
+         "mma.sync m16n8k16 + ldmatrix from XOR-swizzled tiles, P in registers, double-buffered cp.async, "
+         "causal tile skipping"),
+        ("07_mma_noswizzle", "_noswizzle", 2, "Swizzle + double buffer (ablation: no swizzle)",
+         "ablation of 07_mma: plain row-major tiles (8-way bank conflicts on every ldmatrix)"),
+        ("07_mma_single_buffer", "_single_buffer", 1, "Swizzle + double buffer (ablation: one stage)",
+         "ablation of 07_mma: one K/V stage, the next tile is copied only after this one is used")):
+    register(KernelSpec(
+        id=_kid,
+        chapter=7,
+        title=_title,
+        source="07_mma_swizzle.cu",
+        entry=f"attn_fwd_07_mma{_suffix}_d64",
+        entries_by_head_dim={D: f"attn_fwd_07_mma{_suffix}_d{D}" for D in (64, 128)},
+        block=lambda s: (_MMA07_WARPS * 32, 1, 1),
+        grid=lambda s: (_cdiv(s.L, _MMA07_BLOCK_M), s.B * s.H, 1),
+        dynamic_smem=lambda s, st=_stages: _mma07_smem(s.D, st),
+        head_dims=frozenset({64, 128}),
+        alignment=16,
+        extra_sources=("common.cuh", "swizzle.cuh"),
+        summary=_summary,
+    ))
+
+
 def get(kernel_id: str) -> KernelSpec:
     try:
         return KERNELS[kernel_id]

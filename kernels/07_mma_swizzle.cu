@@ -1,0 +1,369 @@
+// Chapter 7: tensor cores through mma.sync, ldmatrix from a swizzled tile, double-buffered
+// cp.async, and P kept in registers.
+//
+// What changes since chapter 6: the scores never touch shared memory. Each warp owns 16 query
+// rows. S = Q K^T comes out of `mma.sync.m16n8k16` as fp32 accumulators in registers; the online
+// softmax runs on those registers (a row's scores of a tile live in the 4 lanes of a quad, so a
+// row reduction is two __shfl_xor_sync); P is rounded to fp16 and, because the m16n8 accumulator
+// layout of two adjacent key blocks is exactly the m16k16 A-operand layout, it feeds O += P V
+// without moving. Q, K and V fragments come from shared memory by `ldmatrix` (.trans for V), the
+// tiles are XOR-swizzled (kernels/swizzle.cuh) so neither the 16-byte cp.async stores nor the
+// ldmatrix reads conflict on banks, and the next K/V tile is copied while this one is used.
+//
+// Cost model: per key tile a warp issues (D/16)(BLOCK_N/8) MMAs for S and (BLOCK_N/16)(D/8) for
+// O, one ldmatrix.x4 per two MMAs, and BLOCK_N/2 exp2 per lane. Q is read from DRAM once, K and
+// V once per query tile (L2 serves the repeats). At the mission shape (1, 8, 512, 64) the grid is
+// 8 query tiles x 8 heads = 64 CTAs: fewer than two per SM of an L4, so latency, not throughput,
+// sets the time there.
+//
+// Tiles (per D; tests/test_model_07.py and the registry read these constants):
+//   BLOCK_M = 64 query rows (4 warps x 16). Grid (ceil(L / 64), B*H); causal launches the
+//   longest query tiles first (blockIdx.x counts down) so the short ones fill the tail.
+//   D = 64:  BLOCK_N = 64.  Q 8 KB + 2 stages x (K 8 KB + V 8 KB)  = 40 KB: two CTAs per L4 SM.
+//   D = 128: BLOCK_N = 32.  Q 16 KB + 2 stages x (K 8 KB + V 8 KB) = 48 KB. 64-key tiles would
+//            need 80 KB: it fits the 99 KB limit, but only one 4-warp CTA would then run per L4
+//            SM (100 KB of shared memory each), with no second CTA to hide the softmax behind
+//            MMAs. 48 KB + 1 KB reserved per CTA lets two share an SM. FlashAttention-2 also
+//            narrows its key tile to 32 at hdim 128 on sm86/sm89, for the same two CTAs per SM.
+//   Registers: about 150 (D = 64) and 190 (D = 128) per thread, within the 256 that two CTAs of
+//   128 threads may hold; MIN_CTAS_PER_SM tells ptxas so.
+//   Single-buffer ablation: 1 stage, 24 KB (D = 64) / 32 KB (D = 128).
+//
+// Ablations, each its own extern "C" entry (registry ids 07_mma_noswizzle, 07_mma_single_buffer):
+//   SWIZZLE = false:    plain row-major tiles; every ldmatrix phase is an 8-way bank conflict.
+//   DOUBLE_BUF = false: one K/V stage; the copy of tile j+1 starts after tile j is consumed.
+//
+// Filling the GPU when B*H*ceil(L/64) is small: a split-KV variant would give each CTA a slice
+// of the key tiles, write unnormalised O with its row max and sum (m, l) to a scratch buffer,
+// and a second small kernel would merge the slices with the same rescaling the online softmax
+// uses. At (1, 8, 512, 64) two splits double the CTAs to 128 for 58 SMs. Not built here.
+//
+// Launch: block (128,), grid (ceil(L / 64), B*H), dynamic shared memory as above (the launcher
+// opts in above 48 KB). Limits: D in {64, 128}; any L >= 1 (rows past L are zero-filled on load,
+// masked as keys and never stored); q, k, v, o 16-byte aligned (16-byte copies and stores); any
+// finite scale.
+#include "common.cuh"
+#include "swizzle.cuh"
+
+namespace {
+constexpr int WARPS = 4;
+constexpr int THREADS = WARPS * 32;
+constexpr int BLOCK_M = WARPS * 16;   // query rows per CTA: 16 per warp, one m16 MMA row block
+constexpr int BLOCK_N_D64 = 64;       // keys per tile at D = 64
+constexpr int BLOCK_N_D128 = 32;      // keys per tile at D = 128 (see the smem budget above)
+// Two CTAs per SM is the design point (see the shared-memory budget above). Saying so lets
+// ptxas use up to 255 registers; with no hint it aims at 168 (three CTAs) and spills at D = 128.
+constexpr int MIN_CTAS_PER_SM = 2;
+constexpr float LOG2E = 1.4426950408889634f;
+constexpr float SMALLEST_NORMAL = 1.17549435e-38f;  // FLT_MIN (no libc headers: NVRTC builds this too)
+
+// ---- PTX wrappers --------------------------------------------------------------------------
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte global -> shared copy that bypasses L1. src_bytes = 0 copies nothing and zero-fills
+// the 16 destination bytes: rows past L become zeros (finite, so 0 * V stays 0).
+__device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, bool valid) {
+    const int src_bytes = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int PENDING>  // wait until at most PENDING of this thread's groups are in flight
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory"); }
+
+__device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
+}
+__device__ __forceinline__ void ldsm_x4_trans(unsigned (&r)[4], unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
+}
+
+// d += a (16x16, row-major fragments) * b (16x8, column fragments), fp16 inputs, fp32 accumulators.
+__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// 2^x on the special-function unit: what exp2f becomes under --use_fast_math, without its
+// range fix-up for results below 2^-126 (flushed to 0: harmless for softmax weights).
+// exp2(-inf) = +0, which the masking relies on.
+__device__ __forceinline__ float exp2_approx(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// Two fp32 values as one f16x2 register; `lo` (the smaller column) in the low half.
+__device__ __forceinline__ unsigned pack_half2(float lo, float hi) {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<unsigned*>(&h);
+}
+
+// ---- tile copies ---------------------------------------------------------------------------
+
+// Rows row0 .. row0+ROWS-1 of one head's [L, D] matrix into a (swizzled) tile, 16 bytes per
+// thread per step: consecutive threads take consecutive chunks of a row, so 8 threads read 128
+// contiguous bytes of DRAM and store to 8 distinct bank groups.
+template <int D, int ROWS, bool SWIZZLE>
+__device__ __forceinline__ void load_tile(unsigned tile, const __half* head, int row0, int L, int tid) {
+    constexpr int CHUNKS = D / 8;  // 16-byte chunks per row
+    static_assert((ROWS * CHUNKS) % THREADS == 0, "every thread copies the same number of chunks");
+#pragma unroll
+    for (int i = 0; i < ROWS * CHUNKS / THREADS; ++i) {
+        const int idx = i * THREADS + tid;
+        const int r = idx / CHUNKS, c = idx % CHUNKS;
+        const int row = row0 + r;
+        const bool valid = row < L;
+        const __half* src = head + static_cast<long long>(valid ? row : 0) * D + c * 8;  // in bounds even when unused
+        cp_async_16(tile + attn::tile_offset<D * 2, SWIZZLE>(r, c), src, valid);
+    }
+}
+
+// ---- the kernel ----------------------------------------------------------------------------
+
+template <int D, int BLOCK_N, bool SWIZZLE, bool DOUBLE_BUF>
+__device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const __half* __restrict__ k,
+                                            const __half* __restrict__ v, __half* __restrict__ o,
+                                            int L, float scale, int causal) {
+    static_assert(D % 16 == 0 && BLOCK_N % 16 == 0, "whole m16n8k16 steps");
+    constexpr int ROW_BYTES = D * 2;
+    constexpr int Q_BYTES = BLOCK_M * ROW_BYTES;
+    constexpr int KV_BYTES = BLOCK_N * ROW_BYTES;
+    constexpr int K_STEPS = D / 16;        // k-steps of S = Q K^T (over the head dim)
+    constexpr int S_BLOCKS = BLOCK_N / 8;  // n-blocks of S (8 keys each)
+    constexpr int P_STEPS = BLOCK_N / 16;  // k-steps of O += P V (over the keys)
+    constexpr int O_BLOCKS = D / 8;        // n-blocks of O (8 head-dim columns each)
+
+    // Shared memory: [Q | K stage 0 | V stage 0 | K stage 1 | V stage 1] (stage 1 only when DOUBLE_BUF).
+    extern __shared__ __align__(128) unsigned char smem[];
+    const unsigned q_tile = smem_u32(smem);
+    auto k_tile = [&](int stage) { return q_tile + Q_BYTES + stage * 2 * KV_BYTES; };
+    auto v_tile = [&](int stage) { return q_tile + Q_BYTES + stage * 2 * KV_BYTES + KV_BYTES; };
+
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int g = lane >> 2, t = lane & 3;  // PTX's groupID and threadID_in_group
+    const int q_block = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int q0 = q_block * BLOCK_M;
+    const int warp_row0 = q0 + warp * 16;   // this warp's first query row
+    const long long head = attn::head_offset(blockIdx.y, L, D);
+    q += head; k += head; v += head; o += head;
+
+    // Causal: key tiles wholly above the diagonal of this query tile are never visited.
+    const int kv_end = causal ? min(L, q0 + BLOCK_M) : L;
+    const int n_tiles = attn::ceil_div(kv_end, BLOCK_N);
+
+    load_tile<D, BLOCK_M, SWIZZLE>(q_tile, q, q0, L, tid);
+    load_tile<D, BLOCK_N, SWIZZLE>(k_tile(0), k, 0, L, tid);
+    load_tile<D, BLOCK_N, SWIZZLE>(v_tile(0), v, 0, L, tid);
+    cp_async_commit();
+
+    unsigned q_frag[K_STEPS][4];  // A operands of Q for the whole loop
+    float o_acc[O_BLOCKS][4];     // C layout: [0],[1] row g, cols 2t, 2t+1; [2],[3] row g+8
+#pragma unroll
+    for (int nb = 0; nb < O_BLOCKS; ++nb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o_acc[nb][e] = 0.f;
+    float m_run[2] = {ATTN_NEG_INF, ATTN_NEG_INF};  // running max of the raw scores of rows g, g+8
+    float l_run[2] = {0.f, 0.f};                    // this lane's share of the running sums
+    // exp(scale * x) = exp2(scale_log2 * x): log2(e) folded into the scale, so each weight costs
+    // one fma and one ex2. The max of scale * x is scale * max(x) only for scale >= 0, so a
+    // negative scale flips the sign of Q instead (exact in fp16 and in the MMA's sums). The floor
+    // keeps scale_log2 > 0 for scale = 0: -inf * scale_log2 stays -inf (a masked key), never NaN.
+    const float scale_log2 = fmaxf(fabsf(scale) * LOG2E, SMALLEST_NORMAL);
+    // The last key each of this lane's rows sees; a column past it is masked.
+    int key_limit[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) key_limit[h] = causal ? min(L - 1, warp_row0 + g + 8 * h) : L - 1;
+
+    for (int j = 0; j < n_tiles; ++j) {
+        const int stage = DOUBLE_BUF ? (j & 1) : 0;
+        if constexpr (DOUBLE_BUF) {
+            if (j + 1 < n_tiles) {  // prefetch tile j+1 into the other stage (freed by the last barrier)
+                load_tile<D, BLOCK_N, SWIZZLE>(k_tile(stage ^ 1), k, (j + 1) * BLOCK_N, L, tid);
+                load_tile<D, BLOCK_N, SWIZZLE>(v_tile(stage ^ 1), v, (j + 1) * BLOCK_N, L, tid);
+            }
+            cp_async_commit();   // possibly empty: keeps "all but the newest group" = tile j
+            cp_async_wait<1>();
+        } else {
+            if (j > 0) {
+                load_tile<D, BLOCK_N, SWIZZLE>(k_tile(0), k, j * BLOCK_N, L, tid);
+                load_tile<D, BLOCK_N, SWIZZLE>(v_tile(0), v, j * BLOCK_N, L, tid);
+                cp_async_commit();
+            }
+            cp_async_wait<0>();
+        }
+        __syncthreads();  // every thread's copies of tile j (and Q) are now visible to all
+
+        if (j == 0) {
+#pragma unroll
+            for (int ks = 0; ks < K_STEPS; ++ks)
+                ldsm_x4(q_frag[ks], q_tile + attn::tile_offset<ROW_BYTES, SWIZZLE>(
+                                                 warp * 16 + attn::ldsm_row(lane), 2 * ks + attn::ldsm_chunk(lane)));
+            if (scale < 0.f) {
+#pragma unroll
+                for (int ks = 0; ks < K_STEPS; ++ks)
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) q_frag[ks][r] ^= 0x80008000u;  // -q, both halves
+            }
+        }
+
+        const int k0 = j * BLOCK_N;
+        // Causal: a tile whose first key is past this warp's last row adds nothing (p = 0,
+        // correction 1); the warp skips it but still meets the barriers.
+        if (!causal || k0 <= warp_row0 + 15) {
+            // S = Q K^T (raw dot products). B order: kf[0], kf[1] are b0, b1 of key block 2np
+            // (head-dim chunks 2ks, 2ks+1), kf[2], kf[3] those of key block 2np+1.
+            float s[S_BLOCKS][4];
+#pragma unroll
+            for (int nb = 0; nb < S_BLOCKS; ++nb)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) s[nb][e] = 0.f;
+#pragma unroll
+            for (int np = 0; np < S_BLOCKS / 2; ++np)
+#pragma unroll
+                for (int ks = 0; ks < K_STEPS; ++ks) {
+                    unsigned kf[4];
+                    ldsm_x4(kf, k_tile(stage) + attn::tile_offset<ROW_BYTES, SWIZZLE>(
+                                                    16 * np + attn::ldsm_row_b(lane), 2 * ks + attn::ldsm_chunk_b(lane)));
+                    mma_16816(s[2 * np], q_frag[ks], kf[0], kf[1]);
+                    mma_16816(s[2 * np + 1], q_frag[ks], kf[2], kf[3]);
+                }
+
+            // Mask keys past L and, causal, keys after the row. Only the last tile and the tiles
+            // that cross this warp's diagonal need the per-element test.
+            const bool need_mask = (k0 + BLOCK_N > L) || (causal && k0 + BLOCK_N - 1 > warp_row0);
+            if (need_mask) {
+#pragma unroll
+                for (int nb = 0; nb < S_BLOCKS; ++nb)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        if (k0 + nb * 8 + 2 * t + (e & 1) > key_limit[e >> 1]) s[nb][e] = ATTN_NEG_INF;
+            }
+
+            // Online softmax per row (h = 0: row g, h = 1: row g+8). The 4 lanes of a quad hold
+            // a row's scores; xor 1 and xor 2 stay inside the quad.
+            float neg_mc[2];  // -scale_log2 * (the max each row's weights are taken against)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float mx = ATTN_NEG_INF;
+#pragma unroll
+                for (int nb = 0; nb < S_BLOCKS; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * h], s[nb][2 * h + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float m_new = fmaxf(m_run[h], mx);
+                // A row with every key so far masked keeps m = -inf; taking weights against 0
+                // instead keeps exp2(-inf) = 0 rather than exp2(-inf + inf) = NaN.
+                const float m_use = (m_new == ATTN_NEG_INF) ? 0.f : m_new;
+                neg_mc[h] = -m_use * scale_log2;
+                const float corr = exp2_approx((m_run[h] - m_use) * scale_log2);
+                m_run[h] = m_new;
+                l_run[h] *= corr;
+#pragma unroll
+                for (int nb = 0; nb < O_BLOCKS; ++nb) {
+                    o_acc[nb][2 * h] *= corr;
+                    o_acc[nb][2 * h + 1] *= corr;
+                }
+            }
+#pragma unroll
+            for (int nb = 0; nb < S_BLOCKS; ++nb)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    s[nb][e] = exp2_approx(fmaf(s[nb][e], scale_log2, neg_mc[e >> 1]));  // e^(scale (s - m))
+                    l_run[e >> 1] += s[nb][e];
+                }
+
+            // O += P V. The accumulators of key blocks 2kp, 2kp+1 are the A fragment of k-step kp:
+            // a0 = (row g, keys 2t..), a1 = (row g+8, keys 2t..), a2/a3 the same 8 keys later.
+            // vf[0], vf[1] are b0, b1 of head-dim block 2dp (keys 0-7, 8-15 of the step; .trans
+            // turns the row-major V tile into column fragments), vf[2], vf[3] those of 2dp+1.
+#pragma unroll
+            for (int kp = 0; kp < P_STEPS; ++kp) {
+                const unsigned pa[4] = {pack_half2(s[2 * kp][0], s[2 * kp][1]),
+                                        pack_half2(s[2 * kp][2], s[2 * kp][3]),
+                                        pack_half2(s[2 * kp + 1][0], s[2 * kp + 1][1]),
+                                        pack_half2(s[2 * kp + 1][2], s[2 * kp + 1][3])};
+#pragma unroll
+                for (int dp = 0; dp < D / 16; ++dp) {
+                    unsigned vf[4];
+                    ldsm_x4_trans(vf, v_tile(stage) + attn::tile_offset<ROW_BYTES, SWIZZLE>(
+                                                          16 * kp + attn::ldsm_row(lane), 2 * dp + attn::ldsm_chunk(lane)));
+                    mma_16816(o_acc[2 * dp], pa, vf[0], vf[1]);
+                    mma_16816(o_acc[2 * dp + 1], pa, vf[2], vf[3]);
+                }
+            }
+        }
+        __syncthreads();  // all warps are done with this stage before a later copy refills it
+    }
+
+    // Finish: the row sums from the quad, O / l in fp16, staged through this warp's own 16 rows
+    // of the (no longer needed) Q tile so that global stores are 16 bytes of contiguous row.
+    float inv_l[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float l = l_run[h];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        inv_l[h] = l > 0.f ? 1.f / l : 0.f;  // l >= 1 on every real row: its max contributes exp2(0)
+    }
+#pragma unroll
+    for (int nb = 0; nb < O_BLOCKS; ++nb)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int off = attn::tile_offset<ROW_BYTES, SWIZZLE>(warp * 16 + g + 8 * h, nb) + 4 * t;
+            *reinterpret_cast<unsigned*>(smem + off) =
+                pack_half2(o_acc[nb][2 * h] * inv_l[h], o_acc[nb][2 * h + 1] * inv_l[h]);
+        }
+    __syncwarp();
+    constexpr int CHUNKS = D / 8;
+#pragma unroll
+    for (int i = 0; i < 16 * CHUNKS / 32; ++i) {
+        const int idx = i * 32 + lane;
+        const int r = idx / CHUNKS, chunk = idx % CHUNKS;
+        const int row = warp_row0 + r;
+        if (row < L)
+            *reinterpret_cast<uint4*>(o + static_cast<long long>(row) * D + chunk * 8) =
+                *reinterpret_cast<const uint4*>(smem + attn::tile_offset<ROW_BYTES, SWIZZLE>(warp * 16 + r, chunk));
+    }
+}
+}  // namespace
+
+// One extern "C" entry per head dim and variant (template arguments: D, BLOCK_N, SWIZZLE,
+// DOUBLE_BUF). The registry maps the runtime D to its entry (KernelSpec.entries_by_head_dim);
+// the D argument is part of the common signature and fixed here at compile time.
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS_PER_SM)
+attn_fwd_07_mma_d64(const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,
+                    __half* __restrict__ o, int L, int D, float scale, int causal) {
+    attn_fwd_07<64, BLOCK_N_D64, true, true>(q, k, v, o, L, scale, causal);
+}
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS_PER_SM)
+attn_fwd_07_mma_d128(const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,
+                     __half* __restrict__ o, int L, int D, float scale, int causal) {
+    attn_fwd_07<128, BLOCK_N_D128, true, true>(q, k, v, o, L, scale, causal);
+}
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS_PER_SM)
+attn_fwd_07_mma_noswizzle_d64(const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,
+                              __half* __restrict__ o, int L, int D, float scale, int causal) {
+    attn_fwd_07<64, BLOCK_N_D64, false, true>(q, k, v, o, L, scale, causal);
+}
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS_PER_SM)
+attn_fwd_07_mma_noswizzle_d128(const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,
+                               __half* __restrict__ o, int L, int D, float scale, int causal) {
+    attn_fwd_07<128, BLOCK_N_D128, false, true>(q, k, v, o, L, scale, causal);
+}
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS_PER_SM)
+attn_fwd_07_mma_single_buffer_d64(const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,
+                                  __half* __restrict__ o, int L, int D, float scale, int causal) {
+    attn_fwd_07<64, BLOCK_N_D64, true, false>(q, k, v, o, L, scale, causal);
+}
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS_PER_SM)
+attn_fwd_07_mma_single_buffer_d128(const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,
+                                   __half* __restrict__ o, int L, int D, float scale, int causal) {
+    attn_fwd_07<128, BLOCK_N_D128, true, false>(q, k, v, o, L, scale, causal);
+}
