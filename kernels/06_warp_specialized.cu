@@ -67,20 +67,29 @@ struct Roles {
 };
 
 // Keys per tile: 64 at D = 64 (as chapter 5), 32 at D = 128 (three stages of 64 would not fit).
+// Chapter 8's search (src/attnlab/search.py) sets both with -DATTN06_BLOCK_N_D64=... -DATTN06_BLOCK_N_D128=...
+#ifdef ATTN06_BLOCK_N_D64
+template <int D>
+constexpr int BLOCK_N = D == 64 ? ATTN06_BLOCK_N_D64 : ATTN06_BLOCK_N_D128;
+#else
 template <int D>
 constexpr int BLOCK_N = D == 64 ? 64 : 32;
+#endif
 
 template <int D, int STAGES>
 constexpr int smem_bytes() {
     return STAGES * 2 * Tiles<D, BLOCK_N<D>>::KV_TILE_BYTES + Tiles<D, BLOCK_N<D>>::WORK_BYTES;
 }
-// src/attnlab/registry.py computes the same numbers (its tests read them from here).
+// src/attnlab/registry.py computes the same numbers (its tests read them from here); a searched
+// configuration's sizes come from the registry's KernelSpec.with_config.
+#if !defined(ATTN_WMMA_BLOCK_M) && !defined(ATTN06_BLOCK_N_D64)
 static_assert(smem_bytes<64, 1>() == 62464 && smem_bytes<64, 2>() == 80896 &&
               smem_bytes<64, 3>() == 99328, "dynamic smem at D = 64");
 static_assert(smem_bytes<128, 1>() == 65536 && smem_bytes<128, 2>() == 82944 &&
               smem_bytes<128, 3>() == 100352, "dynamic smem at D = 128");
 static_assert(smem_bytes<64, 3>() <= 101376 && smem_bytes<128, 3>() <= 101376,
               "the L4's 99 KB per block");
+#endif
 
 // ---- PTX: asynchronous copies and named barriers -------------------------------------------
 
@@ -249,11 +258,18 @@ __device__ __forceinline__ void dispatch(const __half* q, const __half* k, const
 // __launch_bounds__(threads, 1): shared memory already limits an SM to one or a few blocks, so
 // registers need not be rationed for occupancy (without the 1, ptxas caps some variants at 128
 // registers on sm_90 and spills).
+// Chapter 8's search (src/attnlab/search.py) may set the stages and producer warps of this entry.
 #ifndef ATTN06_SWEEP_VARIANT
-extern "C" __global__ void __launch_bounds__(Roles<1>::THREADS, 1)
+#ifndef ATTN06_STAGES
+#define ATTN06_STAGES 2
+#endif
+#ifndef ATTN06_PRODUCERS
+#define ATTN06_PRODUCERS 1
+#endif
+extern "C" __global__ void __launch_bounds__(Roles<ATTN06_PRODUCERS>::THREADS, 1)
 attn_fwd_06_warp_specialized(const __half* __restrict__ q, const __half* __restrict__ k,
                              const __half* __restrict__ v, __half* __restrict__ o,
                              int L, int D, float scale, int causal) {
-    dispatch<2, 1>(q, k, v, o, L, D, scale, causal);
+    dispatch<ATTN06_STAGES, ATTN06_PRODUCERS>(q, k, v, o, L, D, scale, causal);
 }
 #endif

@@ -46,14 +46,30 @@
 #include "swizzle.cuh"
 
 namespace {
+// Chapter 8's search (src/attnlab/search.py) may set WARPS, the key tiles and MIN_CTAS_PER_SM with
+// -DATTN07_WARPS=... -DATTN07_BLOCK_N_D64=... -DATTN07_BLOCK_N_D128=... -DATTN07_MIN_CTAS=...;
+// without them, the chapter's values.
+#ifdef ATTN07_WARPS
+constexpr int WARPS = ATTN07_WARPS;
+#else
 constexpr int WARPS = 4;
+#endif
 constexpr int THREADS = WARPS * 32;
 constexpr int BLOCK_M = WARPS * 16;   // query rows per CTA: 16 per warp, one m16 MMA row block
+#ifdef ATTN07_BLOCK_N_D64
+constexpr int BLOCK_N_D64 = ATTN07_BLOCK_N_D64;
+constexpr int BLOCK_N_D128 = ATTN07_BLOCK_N_D128;
+#else
 constexpr int BLOCK_N_D64 = 64;       // keys per tile at D = 64
 constexpr int BLOCK_N_D128 = 32;      // keys per tile at D = 128 (see the smem budget above)
+#endif
 // Two CTAs per SM is the design point (see the shared-memory budget above). Saying so lets
 // ptxas use up to 255 registers; with no hint it aims at 168 (three CTAs) and spills at D = 128.
+#ifdef ATTN07_MIN_CTAS
+constexpr int MIN_CTAS_PER_SM = ATTN07_MIN_CTAS;
+#else
 constexpr int MIN_CTAS_PER_SM = 2;
+#endif
 constexpr float LOG2E = 1.4426950408889634f;
 constexpr float SMALLEST_NORMAL = 1.17549435e-38f;  // FLT_MIN (no libc headers: NVRTC builds this too)
 

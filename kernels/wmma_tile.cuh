@@ -35,7 +35,13 @@ namespace wm {
 
 using namespace nvcuda;
 
+// Chapter 8's search (src/attnlab/search.py) may set BLOCK_M with -DATTN_WMMA_BLOCK_M=...; without
+// it, the chapters' value below.
+#ifdef ATTN_WMMA_BLOCK_M
+constexpr int BLOCK_M = ATTN_WMMA_BLOCK_M;
+#else
 constexpr int BLOCK_M = 64;                      // query rows per block
+#endif
 constexpr int WARP_M = 16;                       // query rows per compute warp: one WMMA tile high
 constexpr int COMPUTE_WARPS = BLOCK_M / WARP_M;  // 4 warps do the math
 constexpr int MMA = 16;                          // m16n16k16

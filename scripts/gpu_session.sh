@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything a GPU session must produce, in one run: static builds, the correctness suite,
-# compute-sanitizer, timings next to SDPA, the GPU tests, and every notebook re-executed.
+# compute-sanitizer, timings next to SDPA, Nsight Compute counters, a short search of the
+# chapters' knobs (chapter 8), the GPU tests, and every notebook re-executed.
 # Records land under results/, executed notebooks under book/; both are packed with the logs
 # into $OUT/evidence.tar.gz so they can be committed from the machine that has git.
 #
@@ -35,6 +36,10 @@ step check python3 -m attnlab check $quick
 step sanitize python3 -m attnlab sanitize
 step bench python3 -m attnlab bench $quick
 step report python3 -m attnlab report
+step profile python3 -m attnlab profile
+step search python3 -m attnlab search 07_mma --causal false true --budget 120
+step search-5-6 python3 -m attnlab search 05_wmma 06_warp_specialized --budget 60
+step tuned python3 -m attnlab tuned
 step pytest-gpu python3 -m pytest -q -m gpu tests
 if [ -f tools/run_book.py ]; then
   step book python3 tools/run_book.py $([ -z "$quick" ] && echo --full) --save-results

@@ -8,6 +8,10 @@ figure; the per-call time is the replay time over `inner`. Inputs stay in L2 bet
 
 The latency a Python caller sees (perf_counter around call + synchronize, what the earlier
 study measured) is timed separately and never mixed with device time.
+
+Besides every SDPA backend, a case times the book's Triton reference (attnlab.triton_ref) under
+case["baselines"]["triton"] where Triton imports on a GPU; case["baselines_unavailable"] says why
+not otherwise. Ratios to "the fastest SDPA backend" (attnlab.results.report_rows) read "sdpa" only.
 """
 from __future__ import annotations
 
@@ -114,8 +118,46 @@ def copy_bandwidth(mib: int = 1024, reps: int = 20) -> dict:
     return {"mib": mib, "gbps": 2.0 * n / (t.median_us * 1e-6) / 1e9, "timing": t.to_dict()}
 
 
+def time_baselines(q, k, v, causal: bool, ref, fp16_err: float, reps: int) -> tuple[dict, dict]:
+    """Baselines besides SDPA, timed like the kernels (checked first; a wrong one gets no time):
+    the book's Triton reference (attnlab.triton_ref) where Triton imports and the shape suits it.
+    Returns (timed, unavailable: name -> reason)."""
+    import torch
+
+    from .check import judge
+
+    timed, unavailable = {}, {}
+    try:
+        from . import triton_ref
+    except Exception as exc:  # noqa: BLE001 - a broken Triton install is a reason, not a crash
+        unavailable["triton"] = f"import failed: {type(exc).__name__}: {exc}"
+        return timed, unavailable
+    reason = triton_ref.available()
+    if reason is None and q.shape[-1] not in triton_ref.HEAD_DIMS:
+        reason = f"D={q.shape[-1]} (the Triton reference takes D in {triton_ref.HEAD_DIMS})"
+    if reason is not None:
+        unavailable["triton"] = reason
+        return timed, unavailable
+    out = torch.full_like(q, float("nan"))
+    try:
+        triton_ref.attention(q, k, v, causal, out=out)
+        torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001 - compile or launch failure: reported, not raised
+        unavailable["triton"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        return timed, unavailable
+    verdict = judge(out, ref, fp16_err)
+    entry = {"check": {"passed": verdict.passed, "max_err": verdict.max_err, "tolerance": verdict.tolerance,
+                       "reason": verdict.reason}}
+    if verdict.passed:
+        entry["device"] = device_time(lambda: triton_ref.attention(q, k, v, causal, out=out), reps).to_dict()
+        entry["host"] = host_latency(lambda: triton_ref.attention(q, k, v, causal, out=out), reps).to_dict()
+    timed["triton"] = entry
+    return timed, unavailable
+
+
 def bench_case(specs, shape, causal: bool, reps: int, progress=None) -> dict:
-    """Every SDPA backend and every kernel at one shape, in one run, on the same inputs."""
+    """Every SDPA backend, the Triton reference and every kernel at one shape, in one run, on the
+    same inputs."""
     import torch
 
     from .check import judge, make_inputs
@@ -134,6 +176,7 @@ def bench_case(specs, shape, causal: bool, reps: int, progress=None) -> dict:
         case["sdpa"][name]["host"] = host_latency(lambda: sdpa(q, k, v, causal, backend=name), reps).to_dict()
     ref = reference_attention(q, k, v, causal)
     fp16_err = float((naive_fp16(q, k, v, causal).double() - ref).abs().max())
+    case["baselines"], case["baselines_unavailable"] = time_baselines(q, k, v, causal, ref, fp16_err, reps)
     for spec in specs:
         try:
             validate(spec, q, k, v, causal)

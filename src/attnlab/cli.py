@@ -1,4 +1,5 @@
-"""`python -m attnlab`: list, inspect, check, bench, verify-results, report."""
+"""`python -m attnlab`: list, inspect, check, bench, sanitize, search, tuned, profile,
+verify-results, report."""
 from __future__ import annotations
 
 import argparse
@@ -9,9 +10,14 @@ from . import registry
 
 
 def cmd_list(args) -> int:
-    print(f"{'id':<14} {'ch':>2}  {'head dims':<10} {'causal':<6} {'source':<22} summary")
-    for s in registry.select(None):
-        print(f"{s.id:<14} {s.chapter:>2}  {s.head_dim_text():<10} {str(s.causal):<6} {s.source:<22} {s.summary}")
+    specs = registry.select(None)
+    w_id = max(len(s.id) for s in specs)
+    w_src = max(len(s.source) for s in specs)
+    w_d = max(len(s.head_dim_text()) for s in specs)
+    print(f"{'id':<{w_id}} {'ch':>2}  {'head dims':<{w_d}} {'causal':<6} {'source':<{w_src}} summary")
+    for s in specs:
+        print(f"{s.id:<{w_id}} {s.chapter:>2}  {s.head_dim_text():<{w_d}} {str(s.causal):<6} "
+              f"{s.source:<{w_src}} {s.summary}")
     return 0
 
 
@@ -128,6 +134,109 @@ def cmd_sanitize(args) -> int:
     return 0 if all(c["clean"] for c in cases) else 1
 
 
+def _shape(values):
+    from .shapes import MISSION, Shape
+
+    return MISSION if values is None else Shape(*values)
+
+
+def cmd_search(args) -> int:
+    """Without a GPU: the static space (arithmetic rules, then nvcc). With one: the search."""
+    from . import search
+    from .env import has_gpu
+
+    kernels = args.kernels or ["07_mma"]
+    shape = _shape(args.shape)
+    for kid in kernels:
+        search._tunable(kid)  # a clear error for a kernel without knobs
+    if args.static or not has_gpu():
+        if not args.static:
+            print("attnlab search: no CUDA GPU here (torch.cuda.is_available() is False), so nothing is "
+                  "measured; the static space follows (--static shows it on a GPU machine too).", file=sys.stderr)
+        for kid in kernels:
+            verdicts = search.static_space(kid, shape.D, args.arch, progress=not args.json)
+            if args.json:
+                print(json.dumps([v.to_dict() for v in verdicts], indent=1))
+                continue
+            ok = [v for v in verdicts if v.ok]
+            print(f"{kid} at D={shape.D} on {args.arch}: {len(verdicts)} configurations, {len(ok)} pass the static gate")
+            for v in verdicts:
+                occ = (f"{v.occupancy.blocks_per_sm} blocks/SM ({v.occupancy.fraction:.0%}, {v.occupancy.limiter})"
+                       if v.occupancy else "")
+                regs = f"{v.registers} regs" if v.registers is not None else "not built"
+                status = "ok  " if v.ok else "REFUSED"
+                print(f"  {status} {search.config_text(v.config, kid, shape.D):<48} {regs:>10} "
+                      f"{v.smem:>7} B smem  {occ}{'' if v.ok else '  ' + v.problems[0]}")
+        return 0 if args.static else 2
+    from .results import write_record
+
+    status = 0
+    for kid in kernels:
+        for causal in args.causal:
+            rec = search.run_search(kid, shape, causal, strategy=args.strategy, budget_s=args.budget,
+                                    seed=args.seed, population=args.population, generations=args.generations,
+                                    reps=args.reps)
+            s = rec["search"]
+            best = s["best"]
+            base = s["default"] or {}
+            print(f"{kid} {shape.label()} causal={causal}: {s['strategy']}, {len(rec['cases'])} tried "
+                  f"({s['counts']}), stopped: {s['stopped']}")
+            if best:
+                print(f"  best  {search.config_text(best['config'], kid, shape.D):<48} {best['time_us']:9.2f} µs")
+            if base.get("time_us"):
+                print(f"  default{'':<46} {base['time_us']:9.2f} µs")
+            if best is None:
+                status = 1
+            if not args.no_record:
+                print(f"record: {write_record(rec)}")
+    return status
+
+
+def cmd_tuned(args) -> int:
+    """The best configuration per (GPU, kernel, shape, causal) from fresh search records."""
+    from .search import best_configs, config_text
+
+    table = best_configs()
+    if args.json:
+        print(json.dumps([{"gpu": g, "kernel": k, "shape": list(s), "causal": c, **v}
+                          for (g, k, s, c), v in sorted(table.items())], indent=1))
+        return 0
+    if not table:
+        print("no fresh search record: every kernel launches with its chapter's constants "
+              "(`python -m attnlab search KERNEL` on a GPU writes one)")
+    for (gpu, kid, shape, causal), v in sorted(table.items()):
+        gain = f" (default {v['default_us']:.2f} µs)" if v.get("default_us") else ""
+        print(f"{gpu:<26} {kid:<20} {str(shape):<20} causal={str(causal):<5} "
+              f"{config_text(v['config'], kid, shape[3]):<40} {v['time_us']:.2f} µs{gain}")
+    return 0
+
+
+def cmd_profile(args) -> int:
+    from . import profile
+
+    if args.child:
+        return profile.run_child(args.child, _shape(args.shape))
+    metrics = args.metrics or list(profile.DEFAULT_METRICS)
+    if not _gpu_or_exit("profile"):
+        print("The command it would run for each kernel:", file=sys.stderr)
+        for spec in registry.select(args.kernels):
+            print("  " + " ".join(profile.ncu_command(spec.id, metrics, _shape(args.shape), python="python")),
+                  file=sys.stderr)
+        return 2
+    from .results import write_record
+
+    record, failures = profile.run_profile(args.kernels or None, metrics, _shape(args.shape))
+    for case in record["cases"]:
+        values = ", ".join(f"{profile.METRICS[n].short if n in profile.METRICS else n}="
+                           f"{m['value'] if m['value'] is not None else 'n/a'}" for n, m in case["metrics"].items())
+        print(f"{case['kernel']:<20} causal={str(case['causal']):<5} {case['function']}: {values}")
+    for f in failures:
+        print(f"FAIL {f}", file=sys.stderr)
+    if record["cases"] and not args.no_record:
+        print(f"record: {write_record(record)}")
+    return 1 if failures or not record["cases"] else 0
+
+
 def cmd_verify(args) -> int:
     from .results import verify
 
@@ -189,6 +298,34 @@ def main(argv=None) -> int:
     sp.add_argument("--no-record", action="store_true")
     sp.add_argument("--child", metavar="KERNEL", help=argparse.SUPPRESS)
     sp.set_defaults(fn=cmd_sanitize)
+    sp = sub.add_parser("search", help="chapter 8: search a kernel's knobs on a GPU (writes a record); "
+                                       "without one, or with --static, the static space")
+    sp.add_argument("kernels", nargs="*", metavar="KERNEL", help="default: 07_mma")
+    sp.add_argument("--shape", nargs=4, type=int, metavar=("B", "H", "L", "D"), help="default: the mission shape")
+    sp.add_argument("--causal", nargs="+", type=lambda s: s.lower() in ("1", "true", "yes"), default=[False],
+                    metavar="BOOL", help="causal flags to search, e.g. --causal false true")
+    sp.add_argument("--strategy", choices=["auto", "exhaustive", "evolve"], default="auto")
+    sp.add_argument("--budget", type=float, default=300.0, help="seconds per search (no evaluation starts after)")
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--population", type=int, default=8)
+    sp.add_argument("--generations", type=int, default=6)
+    sp.add_argument("--reps", type=int, default=30, help="timed CUDA-graph replays per configuration")
+    sp.add_argument("--static", action="store_true", help="only the static gate (no GPU needed)")
+    sp.add_argument("--arch", default="sm_89", help="target of the static gate (default: the L4's sm_89)")
+    sp.add_argument("--json", action="store_true", help="with --static: machine-readable verdicts")
+    sp.add_argument("--no-record", action="store_true")
+    sp.set_defaults(fn=cmd_search)
+    sp = sub.add_parser("tuned", help="the best searched configuration per GPU and shape (fresh records)")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(fn=cmd_tuned)
+    sp = sub.add_parser("profile", help="Nsight Compute metrics of each kernel at the mission shape (GPU); "
+                                        "writes a record")
+    sp.add_argument("kernels", nargs="*", metavar="KERNEL")
+    sp.add_argument("--metrics", nargs="+", help="ncu metric names (default: the appendix's list)")
+    sp.add_argument("--shape", nargs=4, type=int, metavar=("B", "H", "L", "D"), help="default: the mission shape")
+    sp.add_argument("--no-record", action="store_true")
+    sp.add_argument("--child", metavar="KERNEL", help=argparse.SUPPRESS)
+    sp.set_defaults(fn=cmd_profile)
     sub.add_parser("verify-results", help="records well formed and fresh (no GPU needed)").set_defaults(fn=cmd_verify)
     sp = sub.add_parser("report", help="kernel vs fastest SDPA backend from the freshest records")
     sp.add_argument("--json", action="store_true")

@@ -7,12 +7,16 @@ Two back ends, both through `cupy.RawModule`:
 - NVRTC (`ATTNLAB_BACKEND=nvrtc`, or no nvcc): CuPy compiles the source in process. Readers with
   only `cupy-cuda13x[ctk]` (no toolkit) use this path.
 Either way the result is cached on disk (cubins under the attnlab cache, NVRTC output in
-CuPy's kernel cache) and in memory, keyed by the kernel's source hash, so compile time never
-reaches a timing.
+CuPy's kernel cache) and in memory, keyed by the kernel's source hash and its configuration, so
+compile time never reaches a timing.
+
+A configured kernel (chapter 8: `spec.with_config(...)`) is the same source built with its knobs
+as preprocessor defines, `-DNAME=VALUE`; the defines are part of every cache key.
 """
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import shutil
 import subprocess
@@ -41,19 +45,43 @@ def backend() -> str:
     return "nvcc" if shutil.which("nvcc") else "nvrtc"
 
 
-def nvcc_cubin(spec: KernelSpec, arch: str, out: Path | None = None) -> tuple[Path, str]:
-    """Compile one kernel to a cubin for `arch` (sm_XY); returns (path, ptxas report)."""
+def define_flags(defines) -> list[str]:
+    """The compiler flags of a configuration: -DNAME=VALUE for each (name, value); none for ()."""
+    return [f"-D{name}={value}" for name, value in defines]
+
+
+def config_tag(defines) -> str:
+    """A short, stable name for a configuration in cache file names ("" for the chapter's own)."""
+    if not defines:
+        return ""
+    text = ",".join(f"{n}={v}" for n, v in sorted(defines))
+    return "-cfg" + hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def cubin_path(spec: KernelSpec, arch: str) -> Path:
+    """Where the cached cubin of a kernel (and configuration) for `arch` lives."""
+    return cache_dir() / "cubin" / f"{spec.id}-{kernel_hash(spec)[:16]}{config_tag(spec.defines)}-{arch}.cubin"
+
+
+def nvcc_cubin(spec: KernelSpec, arch: str, out: Path | None = None, defines=None) -> tuple[Path, str]:
+    """Compile one kernel to a cubin for `arch` (sm_XY); returns (path, ptxas report).
+
+    `defines` (a dict or (name, value) pairs) builds the kernel with that configuration, as
+    `spec.with_config(defines)` would; by default the spec's own (none for a registered kernel)."""
+    if defines is not None:
+        spec = spec.with_config(defines)
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         raise KernelBuildError("nvcc is not on PATH: install the CUDA toolkit's compiler "
                                "(nvidia-cuda-nvcc) or set ATTNLAB_BACKEND=nvrtc on a GPU machine")
-    out = out or cache_dir() / "cubin" / f"{spec.id}-{kernel_hash(spec)[:16]}-{arch}.cubin"
+    out = out or cubin_path(spec, arch)
     out.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [nvcc, f"-arch={arch}", "-cubin", "-Xptxas", "-v", *NVCC_FLAGS,
+    cmd = [nvcc, f"-arch={arch}", "-cubin", "-Xptxas", "-v", *NVCC_FLAGS, *define_flags(spec.defines),
            "-I", str(kernels_dir()), "-o", str(out), str(spec.path)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise KernelBuildError(f"nvcc failed for {spec.id} ({arch}):\n{proc.stderr}")
+        what = f"{spec.id} ({arch}{', ' + spec.config_label() if spec.defines else ''})"
+        raise KernelBuildError(f"nvcc failed for {what}:\n{proc.stderr}")
     return out, proc.stderr
 
 
@@ -72,18 +100,18 @@ def _cuda_include_dirs() -> list[str]:
 
 
 @functools.lru_cache(maxsize=None)
-def _load(kernel_id: str, source_hash: str, arch: str, which: str):
+def _load(kernel_id: str, source_hash: str, arch: str, which: str, defines: tuple = ()):
     import cupy
     from .registry import get
 
-    spec = get(kernel_id)
+    spec = get(kernel_id).with_config(defines)
     if which == "nvcc":
-        cubin = cache_dir() / "cubin" / f"{spec.id}-{source_hash[:16]}-{arch}.cubin"
+        cubin = cache_dir() / "cubin" / f"{spec.id}-{source_hash[:16]}{config_tag(defines)}-{arch}.cubin"
         if not cubin.exists():
             nvcc_cubin(spec, arch, cubin)
         return cupy.RawModule(path=str(cubin))
     options = ("-std=c++17", f"--include-path={kernels_dir()}",
-               *(f"--include-path={d}" for d in _cuda_include_dirs()))
+               *(f"--include-path={d}" for d in _cuda_include_dirs()), *define_flags(defines))
     try:
         module = cupy.RawModule(code=read_source(spec), options=options)
         module.compile()
@@ -93,7 +121,8 @@ def _load(kernel_id: str, source_hash: str, arch: str, which: str):
 
 
 def load_function(spec: KernelSpec, entry: str | None = None):
-    """The compiled `cupy.RawKernel` for a registered kernel's entry point on this GPU."""
+    """The compiled `cupy.RawKernel` for a registered kernel's entry point on this GPU, built with
+    the spec's configuration (`spec.defines`; none for the chapter's own)."""
     require_gpu(f"loading kernel {spec.id}")
-    module = _load(spec.id, kernel_hash(spec), _device_arch(), backend())
+    module = _load(spec.id, kernel_hash(spec), _device_arch(), backend(), tuple(spec.defines))
     return module.get_function(entry or spec.entry)

@@ -3,9 +3,17 @@
 Each entry names its source file and entry point, its launch geometry as functions of the
 problem shape, and its limits. Launch geometry is what the launcher uses, the static inspection
 checks and the book prints: there is no second copy of it anywhere.
+
+Kernels with knobs (chapters 5-7: tile shape, warps, pipeline stages) also carry a `Tuning`: the
+preprocessor defines their source reads (each `#ifdef NAME` around the chapter's constant) and one
+geometry function of those values. `spec.with_config({"ATTN07_WARPS": 8})` returns the kernel built
+that way: a copy whose `defines` reach the compiler (attnlab.compile) and whose block, grid and
+dynamic shared memory follow from the same values, so the launcher runs it unchanged. Chapter 8's
+search (attnlab.search) walks these spaces.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -19,6 +27,40 @@ DEFAULT_SMEM_LIMIT = 48 * 1024
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One compile-time constant a kernel lets chapter 8's search set: the source reads the
+    preprocessor define `name` when it is given and keeps the chapter's value (`default`) otherwise."""
+    name: str                       # the define, e.g. "ATTN07_WARPS"
+    values: tuple[int, ...]         # what the search may try (the default among them)
+    default: int
+    label: str                      # for tables and plots: "warps", "keys per tile (D=64)", ...
+    head_dim: int | None = None     # the knob shapes only this head dim's code; None: every D
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The knobs of a kernel and what follows from them.
+
+    geometry(config) -> {"block": f, "grid": f, "dynamic_smem": f}, each f a function of the Shape:
+    the one description of the launch for every configuration, the chapter's included.
+    rules(config, D) -> the reasons the kernel's static_asserts would refuse the configuration at
+    head dim D (shared memory is checked separately, from the geometry)."""
+    knobs: tuple[Knob, ...]
+    geometry: Callable[[dict], dict]
+    rules: Callable[[dict, int], list[str]] = lambda config, D: []
+
+    @property
+    def defaults(self) -> dict[str, int]:
+        return {k.name: k.default for k in self.knobs}
+
+    def knob(self, name: str) -> Knob:
+        for k in self.knobs:
+            if k.name == name:
+                return k
+        raise KeyError(name)
 
 
 @dataclass(frozen=True)
@@ -46,10 +88,64 @@ class KernelSpec:
     # Kernels compiled once per head dim: D -> extern "C" entry (then `entry` is one of them);
     # None: `entry` serves every supported D.
     entries_by_head_dim: dict[int, str] | None = field(default=None, hash=False)
+    # Knobs chapter 8 may set (None: the kernel has none), and the configuration this spec is built
+    # with: sorted (define, value) pairs, empty for the chapter's own constants.
+    tuning: Tuning | None = field(default=None, hash=False, compare=False)
+    defines: tuple[tuple[str, int], ...] = ()
 
     @property
     def path(self):
         return kernels_dir() / self.source
+
+    @property
+    def config(self) -> dict[str, int]:
+        """Every knob's value in this build (the defaults overlaid with `defines`); {} without knobs."""
+        if self.tuning is None:
+            return {}
+        return {**self.tuning.defaults, **dict(self.defines)}
+
+    def with_config(self, config) -> "KernelSpec":
+        """This kernel built with `config` (a dict or (define, value) pairs; knobs not named keep
+        their values): a copy whose `defines` name every knob for the compiler and whose block, grid
+        and dynamic shared memory are the tuning's geometry of the same values. The chapter's own
+        configuration returns the registered spec itself. An unknown knob, or a value the knob does
+        not list, is a ValueError."""
+        given = dict(config.items() if isinstance(config, dict) else config)
+        if not given:
+            return self
+        if self.tuning is None:
+            raise ValueError(f"{self.id} has no knobs; it cannot take {sorted(given)}")
+        known = {k.name: k for k in self.tuning.knobs}
+        for name, value in given.items():
+            if name not in known:
+                raise ValueError(f"{self.id} has no knob {name!r}; its knobs: {', '.join(known)}")
+            if value not in known[name].values:
+                raise ValueError(f"{self.id}: {name}={value!r} is not one of {known[name].values}")
+        full = {**self.config, **{n: int(v) for n, v in given.items()}}
+        if full == self.tuning.defaults:
+            registered = KERNELS.get(self.id)
+            if registered is not None and registered.tuning is self.tuning:
+                return registered
+            return dataclasses.replace(self, defines=(), **self.tuning.geometry(full))
+        geometry = self.tuning.geometry(full)
+        return dataclasses.replace(self, defines=tuple(sorted(full.items())), **geometry)
+
+    def config_problems(self, D: int) -> list[str]:
+        """Why this build cannot run head dim D, before compiling it: the kernel's compile-time rules
+        and shared memory over the L4's 99 KB per block. Empty when it can."""
+        if self.tuning is None:
+            return []
+        problems = list(self.tuning.rules(self.config, D))
+        smem = self.dynamic_smem(Shape(1, 1, 1, D))
+        if smem > L4_MAX_SMEM_PER_BLOCK:
+            problems.append(f"{smem} B of shared memory at D={D}, over the L4's {L4_MAX_SMEM_PER_BLOCK} B per block")
+        return problems
+
+    def config_label(self) -> str:
+        """The configuration in a few words ("default" for the chapter's own)."""
+        if not self.defines:
+            return "default"
+        return ", ".join(f"{n}={v}" for n, v in self.defines if v != self.tuning.defaults[n]) or "default"
 
     def entry_for(self, D: int) -> str:
         """The extern "C" entry point that runs head dim D."""
@@ -62,7 +158,11 @@ class KernelSpec:
 
     def head_dim_text(self) -> str:
         if self.head_dims is not None:
-            return ", ".join(str(d) for d in sorted(self.head_dims))
+            dims = sorted(self.head_dims)
+            steps = {b - a for a, b in zip(dims, dims[1:])}
+            if len(dims) > 3 and len(steps) == 1:  # e.g. every multiple of 8 up to 128
+                return f"{dims[0]}..{dims[-1]} step {steps.pop()}"
+            return ", ".join(str(d) for d in dims)
         return f"1..{self.max_head_dim}"
 
     def launch_config(self, shape: Shape) -> dict:
@@ -176,15 +276,57 @@ _WS06_VARIANTS = {"06_warp_specialized": (2, 1), "06_ws_s1_p1": (1, 1), "06_ws_s
                   "06_ws_s1_p2": (1, 2), "06_ws_s2_p2": (2, 2), "06_ws_s3_p2": (3, 2)}
 
 
-def _wmma_smem(D: int, block_n: int, kv_tiles: int) -> int:
+def _wmma_smem(D: int, block_n: int, kv_tiles: int, block_m: int = _WMMA_BLOCK_M) -> int:
     """Dynamic shared memory of chapters 5 and 6 (Tiles in kernels/wmma_tile.cuh): kv_tiles padded
-    K/V tiles [block_n][D + 8] fp16, then S [64][block_n + 4] fp32, P [64][block_n + 8] fp16 and
-    O [64][D + 4] fp32."""
+    K/V tiles [block_n][D + 8] fp16, then S [block_m][block_n + 4] fp32, P [block_m][block_n + 8]
+    fp16 and O [block_m][D + 4] fp32 (block_m = 64 query rows in the chapters)."""
     kv = block_n * (D + _WMMA_PAD_HALF) * 2
-    s = _WMMA_BLOCK_M * (block_n + _WMMA_PAD_FLOAT) * 4
-    p = _WMMA_BLOCK_M * (block_n + _WMMA_PAD_HALF) * 2
-    o = _WMMA_BLOCK_M * (D + _WMMA_PAD_FLOAT) * 4
+    s = block_m * (block_n + _WMMA_PAD_FLOAT) * 4
+    p = block_m * (block_n + _WMMA_PAD_HALF) * 2
+    o = block_m * (D + _WMMA_PAD_FLOAT) * 4
     return kv_tiles * kv + s + p + o
+
+
+# Chapter 8's knobs of chapters 5 and 6 (the defines the sources read; the defaults are the
+# chapters' constants above). BLOCK_M sets the compute warps: one per 16 query rows.
+_WMMA_BLOCK_M_KNOB = Knob("ATTN_WMMA_BLOCK_M", (32, 64, 128), _WMMA_BLOCK_M, "query rows per block (16 per warp)")
+
+
+def _wmma05_geometry(config: dict) -> dict:
+    bm, bn = config["ATTN_WMMA_BLOCK_M"], config["ATTN05_BLOCK_N"]
+    return {"block": lambda s: (32 * bm // _WMMA_WARP_M, 1, 1),
+            "grid": lambda s: (_cdiv(s.L, bm), s.B * s.H, 1),
+            "dynamic_smem": lambda s: _wmma_smem(s.D, bn, 2, bm)}
+
+
+_WMMA05_TUNING = Tuning(
+    knobs=(_WMMA_BLOCK_M_KNOB,
+           Knob("ATTN05_BLOCK_N", (16, 32, 64, 128), _WMMA05_BLOCK_N, "keys per tile")),
+    geometry=_wmma05_geometry)
+
+
+def _ws06_geometry(config: dict) -> dict:
+    bm, stages, producers = config["ATTN_WMMA_BLOCK_M"], config["ATTN06_STAGES"], config["ATTN06_PRODUCERS"]
+    bn = {64: config["ATTN06_BLOCK_N_D64"], 128: config["ATTN06_BLOCK_N_D128"]}
+    return {"block": lambda s: (32 * (bm // _WMMA_WARP_M + producers), 1, 1),
+            "grid": lambda s: (_cdiv(s.L, bm), s.B * s.H, 1),
+            "dynamic_smem": lambda s: _wmma_smem(s.D, bn.get(s.D, 32), 2 * stages, bm)}
+
+
+def _ws06_rules(config: dict, D: int) -> list[str]:
+    # Named barriers 1..2*STAGES (FULL and EMPTY per stage); the hardware has ids 0..15.
+    if 2 * config["ATTN06_STAGES"] > 15:
+        return [f"{config['ATTN06_STAGES']} stages need {2 * config['ATTN06_STAGES']} named barriers; ids 1..15 exist"]
+    return []
+
+
+_WS06_TUNING = Tuning(
+    knobs=(_WMMA_BLOCK_M_KNOB,
+           Knob("ATTN06_BLOCK_N_D64", (32, 64, 128), _WS06_BLOCK_N[64], "keys per tile (D=64)", head_dim=64),
+           Knob("ATTN06_BLOCK_N_D128", (16, 32, 64), _WS06_BLOCK_N[128], "keys per tile (D=128)", head_dim=128),
+           Knob("ATTN06_STAGES", (1, 2, 3, 4), _WS06_VARIANTS["06_warp_specialized"][0], "ring stages"),
+           Knob("ATTN06_PRODUCERS", (1, 2), _WS06_VARIANTS["06_warp_specialized"][1], "producer warps")),
+    geometry=_ws06_geometry, rules=_ws06_rules)
 
 
 register(KernelSpec(
@@ -193,9 +335,8 @@ register(KernelSpec(
     title="WMMA",
     source="05_wmma.cu",
     entry="attn_fwd_05_wmma",
-    block=lambda s: (_WMMA_THREADS, 1, 1),
-    grid=lambda s: (_cdiv(s.L, _WMMA_BLOCK_M), s.B * s.H, 1),
-    dynamic_smem=lambda s: _wmma_smem(s.D, _WMMA05_BLOCK_N, 2),
+    **_wmma05_geometry(_WMMA05_TUNING.defaults),
+    tuning=_WMMA05_TUNING,
     head_dims=frozenset({64, 128}),
     alignment=16,
     extra_sources=("common.cuh", "wmma_tile.cuh"),
@@ -210,9 +351,10 @@ for _id, (_stages, _producers) in _WS06_VARIANTS.items():
         title="Warp specialization" + ("" if _default else f" ({_stages} stg, {_producers} prod)"),
         source="06_warp_specialized.cu" if _default else f"{_id}.cu",
         entry="attn_fwd_06_warp_specialized" if _default else f"attn_fwd_{_id}",
-        block=lambda s, p=_producers: (32 * (_WMMA_BLOCK_M // _WMMA_WARP_M + p), 1, 1),
-        grid=lambda s: (_cdiv(s.L, _WMMA_BLOCK_M), s.B * s.H, 1),
-        dynamic_smem=lambda s, st=_stages: _wmma_smem(s.D, _WS06_BLOCK_N.get(s.D, 32), 2 * st),
+        # The sweep variants fix stages and producers in their own entry; only the chapter's kernel
+        # takes chapter 8's knobs.
+        **_ws06_geometry({**_WS06_TUNING.defaults, "ATTN06_STAGES": _stages, "ATTN06_PRODUCERS": _producers}),
+        tuning=_WS06_TUNING if _default else None,
         head_dims=frozenset({64, 128}),
         alignment=16,
         extra_sources=("common.cuh", "wmma_tile.cuh") + (() if _default else ("06_warp_specialized.cu",)),
@@ -228,11 +370,38 @@ for _id, (_stages, _producers) in _WS06_VARIANTS.items():
 _MMA07_WARPS = 4                     # WARPS: 16 query rows each
 _MMA07_BLOCK_M = 16 * _MMA07_WARPS   # query rows per CTA
 _MMA07_BLOCK_N = {64: 64, 128: 32}   # BLOCK_N_D64, BLOCK_N_D128: keys per K/V tile
+_MMA07_MIN_CTAS = 2                  # MIN_CTAS_PER_SM: __launch_bounds__'s CTAs per SM
 
 
-def _mma07_smem(D: int, stages: int) -> int:
-    """Q tile + stages x (K tile + V tile), fp16: 40 KB (D=64) and 48 KB (D=128) double-buffered."""
-    return 2 * D * (_MMA07_BLOCK_M + stages * 2 * _MMA07_BLOCK_N[D])
+def _mma07_smem(D: int, stages: int, block_m: int = _MMA07_BLOCK_M, block_n: dict | None = None) -> int:
+    """Q tile + stages x (K tile + V tile), fp16: 40 KB (D=64) and 48 KB (D=128) double-buffered
+    with the chapter's tiles."""
+    return 2 * D * (block_m + stages * 2 * (block_n or _MMA07_BLOCK_N)[D])
+
+
+def _mma07_geometry(config: dict, stages: int = 2) -> dict:
+    warps = config["ATTN07_WARPS"]
+    bn = {64: config["ATTN07_BLOCK_N_D64"], 128: config["ATTN07_BLOCK_N_D128"]}
+    return {"block": lambda s: (warps * 32, 1, 1),
+            "grid": lambda s: (_cdiv(s.L, 16 * warps), s.B * s.H, 1),
+            "dynamic_smem": lambda s: _mma07_smem(s.D, stages, 16 * warps, bn)}
+
+
+def _mma07_rules(config: dict, D: int) -> list[str]:
+    """load_tile's static_assert: every thread copies the same number of 16-byte chunks of a K/V tile."""
+    threads = 32 * config["ATTN07_WARPS"]
+    bn = config[f"ATTN07_BLOCK_N_D{D}"] if D in (64, 128) else None
+    if bn is not None and (bn * D // 8) % threads:
+        return [f"a {bn}-key tile of D={D} is {bn * D // 8} 16-byte chunks, not a multiple of {threads} threads"]
+    return []
+
+
+_MMA07_TUNING = Tuning(
+    knobs=(Knob("ATTN07_WARPS", (2, 4, 8), _MMA07_WARPS, "warps (16 query rows each)"),
+           Knob("ATTN07_BLOCK_N_D64", (32, 64, 128), _MMA07_BLOCK_N[64], "keys per tile (D=64)", head_dim=64),
+           Knob("ATTN07_BLOCK_N_D128", (16, 32, 64), _MMA07_BLOCK_N[128], "keys per tile (D=128)", head_dim=128),
+           Knob("ATTN07_MIN_CTAS", (1, 2), _MMA07_MIN_CTAS, "CTAs per SM the registers are budgeted for (`__launch_bounds__`)")),
+    geometry=_mma07_geometry, rules=_mma07_rules)
 
 
 for _kid, _suffix, _stages, _title, _summary in (
@@ -250,13 +419,13 @@ for _kid, _suffix, _stages, _title, _summary in (
         source="07_mma_swizzle.cu",
         entry=f"attn_fwd_07_mma{_suffix}_d64",
         entries_by_head_dim={D: f"attn_fwd_07_mma{_suffix}_d{D}" for D in (64, 128)},
-        block=lambda s: (_MMA07_WARPS * 32, 1, 1),
-        grid=lambda s: (_cdiv(s.L, _MMA07_BLOCK_M), s.B * s.H, 1),
-        dynamic_smem=lambda s, st=_stages: _mma07_smem(s.D, st),
+        **_mma07_geometry(_MMA07_TUNING.defaults, _stages),
         head_dims=frozenset({64, 128}),
         alignment=16,
         extra_sources=("common.cuh", "swizzle.cuh"),
         summary=_summary,
+        # Chapter 8 searches the kernel's knobs; the ablations keep the chapter's constants.
+        tuning=_MMA07_TUNING if _kid == "07_mma" else None,
     ))
 
 

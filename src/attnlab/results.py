@@ -20,7 +20,18 @@ from .shapes import Shape
 from .sources import harness_hash, kernel_hash
 
 SCHEMA = 1
-KINDS = ("bench", "check", "sanitize")
+KINDS = ("bench", "check", "sanitize", "search", "profile")
+# What each case of a record must hold, by kind (bench cases are checked on their own below).
+CASE_FIELDS = {
+    "check": ("kernel", "shape", "causal", "seed", "passed", "max_err"),
+    "sanitize": ("kernel", "tool", "clean", "errors"),
+    # one configuration tried by chapter 8's search (attnlab.search): status "ok" (checked, then
+    # timed), "static" (refused before any GPU time), "failed" (wrong output) or "error"
+    "search": ("kernel", "shape", "causal", "config", "status", "time_us"),
+    # Nsight Compute metrics of one kernel launch (attnlab.profile)
+    "profile": ("kernel", "shape", "causal", "function", "metrics"),
+}
+SEARCH_STATUSES = ("ok", "static", "failed", "error")
 REQUIRED = {"schema": int, "kind": str, "created_utc": str, "gpu": dict, "software": dict, "git": dict,
             "harness_sha256": str, "kernels": dict}
 REQUIRED_GPU = ("name", "compute_capability", "sm_count", "driver", "cuda_runtime")
@@ -90,12 +101,38 @@ def validate_record(rec) -> list[str]:
                 if kid not in rec["kernels"]:
                     problems.append(f"cases[{i}] measures {kid}, which has no hash in the record")
     else:
-        need = {"check": ("kernel", "shape", "causal", "seed", "passed", "max_err"),
-                "sanitize": ("kernel", "tool", "clean", "errors")}[rec["kind"]]
+        need = CASE_FIELDS[rec["kind"]]
         for i, case in enumerate(rec["cases"]):
             for key in need:
                 if key not in case:
                     problems.append(f"cases[{i}] lacks {key}")
+        if rec["kind"] in ("search", "profile"):
+            problems += _search_profile_problems(rec)
+    return problems
+
+
+def _search_profile_problems(rec: dict) -> list[str]:
+    problems = []
+    for i, case in enumerate(rec["cases"]):
+        if case.get("kernel") not in rec["kernels"]:
+            problems.append(f"cases[{i}] measures {case.get('kernel')}, which has no hash in the record")
+        if rec["kind"] == "profile":
+            if not isinstance(case.get("metrics"), dict):
+                problems.append(f"cases[{i}].metrics is not an object")
+            continue
+        status, t = case.get("status"), case.get("time_us")
+        if status not in SEARCH_STATUSES:
+            problems.append(f"cases[{i}] status {status!r} is not one of {SEARCH_STATUSES}")
+        elif status == "ok" and not (isinstance(t, (int, float)) and t > 0):
+            problems.append(f"cases[{i}] is ok but has no time")
+        elif status != "ok" and t is not None:
+            problems.append(f"cases[{i}] has a time but status {status!r}: only checked configurations are timed")
+        if not isinstance(case.get("config"), dict):
+            problems.append(f"cases[{i}].config is not an object")
+    if rec["kind"] == "search":
+        summary = rec.get("search")
+        if not isinstance(summary, dict) or not {"kernel", "shape", "causal", "strategy", "best"} <= set(summary):
+            problems.append("search lacks its summary (kernel, shape, causal, strategy, best)")
     return problems
 
 

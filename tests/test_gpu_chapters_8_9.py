@@ -1,0 +1,100 @@
+"""On a GPU: chapters 8, 9 and appendix A's machinery on the device. Configured kernels pass the
+check, a small search writes a valid record, the Triton reference passes the rule, the tuned
+launcher runs, and ncu (where present and allowed) captures both launches of a kernel. Without a
+GPU these are skipped, saying so."""
+from __future__ import annotations
+
+import pytest
+
+from attnlab import registry, search
+from attnlab.shapes import MISSION, Shape
+
+
+def _some_configs(kernel_id: str, D: int, arch: str, n: int = 3) -> list[dict]:
+    passing = [c for c in search.valid_space(kernel_id, D) if search.static_gate(kernel_id, c, D, arch).ok]
+    picks = [passing[0], passing[len(passing) // 2], passing[-1]] if len(passing) >= 3 else passing
+    return [dict(t) for t in dict.fromkeys(tuple(sorted(c.items())) for c in picks)][:n]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel_id", search.searchable())
+@pytest.mark.parametrize("D", (64, 128))
+def test_configured_kernels_pass_the_check(kernel_id, D):
+    import torch
+
+    from attnlab.check import judge, make_inputs
+    from attnlab.launch import launch, validate
+    from attnlab.reference import naive_fp16, reference_attention
+
+    arch = search._device_arch()
+    for config in _some_configs(kernel_id, D, arch):
+        spec = registry.get(kernel_id).with_config(config)
+        for shape in (Shape(1, 2, 333, D), Shape(2, 1, 64, D), Shape(1, 1, 1, D)):
+            q, k, v = make_inputs(shape, seed=2)
+            for causal in (False, True):
+                validate(spec, q, k, v, causal)
+                ref = reference_attention(q, k, v, causal)
+                fp16 = float((naive_fp16(q, k, v, causal).double() - ref).abs().max())
+                out = torch.full_like(q, float("nan"))
+                launch(spec, shape, q, k, v, out, causal, D ** -0.5)
+                torch.cuda.synchronize()
+                verdict = judge(out, ref, fp16)
+                assert verdict.passed, (kernel_id, config, shape, causal, verdict)
+
+
+@pytest.mark.gpu
+def test_a_small_search_writes_a_valid_record():
+    from attnlab.results import validate_record
+
+    rec = search.run_search("07_mma", MISSION, False, strategy="evolve", budget_s=60, population=4,
+                            generations=2, reps=5, progress=False)
+    assert validate_record(rec) == []
+    assert rec["search"]["best"] is not None and rec["search"]["default"]["status"] == "ok"
+    assert all(c["check"]["passed"] for c in rec["cases"] if c["status"] == "ok")
+
+
+@pytest.mark.gpu
+def test_triton_reference_passes_on_the_gpu():
+    import torch
+
+    from attnlab import triton_ref
+    from attnlab.check import judge, make_inputs
+    from attnlab.reference import naive_fp16, reference_attention
+
+    if triton_ref.available() is not None:
+        pytest.skip(triton_ref.available())
+    for shape in (MISSION, Shape(1, 2, 333, 128), Shape(2, 3, 1000, 64)):
+        q, k, v = make_inputs(shape, seed=0)
+        for causal in (False, True):
+            ref = reference_attention(q, k, v, causal)
+            fp16 = float((naive_fp16(q, k, v, causal).double() - ref).abs().max())
+            out = torch.full_like(q, float("nan"))
+            triton_ref.attention(q, k, v, causal, out=out)
+            assert judge(out, ref, fp16).passed, (shape, causal)
+
+
+@pytest.mark.gpu
+def test_tuned_launcher_runs():
+    from attnlab import attention, tuned
+    from attnlab.check import make_inputs
+
+    q, k, v = make_inputs(MISSION, seed=0)
+    a = tuned.attention("07_mma", q, k, v, causal=True)
+    b = attention("07_mma", q, k, v, causal=True)
+    assert float((a.double() - b.double()).abs().max()) < 1e-2
+
+
+@pytest.mark.gpu
+def test_ncu_captures_both_launches():
+    from attnlab import profile
+
+    if profile.ncu_path() is None:
+        pytest.skip("ncu is not installed")
+    try:
+        cases = profile.profile_kernel("07_mma", timeout=600)
+    except profile.ProfileError as exc:
+        if "ERR_NVGPUCTRPERM" in str(exc):
+            pytest.skip(str(exc))
+        raise
+    assert [c["causal"] for c in cases] == [False, True]
+    assert all(c["function"] == "attn_fwd_07_mma_d64" for c in cases)
