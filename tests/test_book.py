@@ -89,8 +89,10 @@ def test_no_time_is_shown_without_a_fresh_record():
     from attnlab.book import fresh_records
     from attnlab.registry import KERNELS
 
+    # Chapters that measure other chapters' kernels: 8 searches the kernels of 5-7, 9 scores them all.
+    measures = {8: (5, 6, 7), 9: tuple(range(1, 8))}
     for chapter, page in chapter_pages().items():
-        kernels = [k for k, spec in KERNELS.items() if spec.chapter == chapter]
+        kernels = [k for k, spec in KERNELS.items() if spec.chapter in measures.get(chapter, (chapter,))]
         assert kernels, f"{page.name}: no kernel of chapter {chapter} in the registry"
         if any(fresh_records("bench", k) for k in kernels):
             continue

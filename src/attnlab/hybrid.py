@@ -5,7 +5,9 @@ Why S is fp16: torch.matmul on fp16 tensors runs cuBLAS's fp16 tensor-core GEMM 
 accumulation, fp16 output). The bytes of the L x L matrix are what bound this design (written
 once, read twice, rewritten as P, read by the second GEMM); an fp32 S (recent PyTorch can ask
 cuBLAS for one with torch.bmm(..., out_dtype=torch.float32)) would double most of them. SDPA's
-math backend, the comparison this chapter is about, keeps an fp16 S as well. The kernel forms
+math backend, the comparison this chapter is about, does not do this by default: it upcasts fp16
+inputs and keeps S in fp32, unless torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)
+lets it stay in fp16; chapter 4 reads that flag when it compares. The kernel forms
 x = s * scale in fp32 and keeps its statistics in fp32; rounding S to fp16 costs about
 |q.k| * 2^-11 per score, the same as the plain fp16 implementation that the pass rule
 measures against. The fp16 S holds unscaled q.k and overflows past +-65504 (see the kernel's
