@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab import registry
 from attnlab.check import judge, make_inputs
 from attnlab.paths import kernels_dir
 from attnlab.reference import naive_fp16, reference_attention
@@ -229,7 +228,6 @@ def simulate(stages, producers, n_tiles, rng, *, consumers=COMPUTE_WARPS, policy
     stage_tile = [None] * stages
     landed: dict = {}                                              # (stage, tile) -> producers landed
     reads_done: dict = {}                                          # (consumer, tile) -> reads
-    readers = {c: None for c in range(consumers)}
 
     def land(i, group):
         for s, t in group:

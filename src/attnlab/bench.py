@@ -215,3 +215,10 @@ def run_bench(specs, shapes, causal_flags=(False, True), quick: bool = False, pr
         for shape, causal in work:
             record["cases"].append(bench_case(specs, shape, causal, reps, bar))
     return record
+
+
+def failed_cases(record: dict) -> list[tuple[str, list, bool]]:
+    """(kernel, shape, causal) of every timed case whose output failed the check: such a time is
+    no result, and callers refuse to show it as one."""
+    return [(kid, c["shape"], c["causal"]) for c in record["cases"] for kid, e in c["kernels"].items()
+            if "check" in e and not e["check"]["passed"]]

@@ -207,25 +207,31 @@ def bench_shapes(quick: bool) -> list[Shape]:
     return list(dict.fromkeys((MISSION,) + sweep(QUICK_SWEEP_LENGTHS if quick else SWEEP_LENGTHS)))
 
 
+def _measure_now(kernel_ids: list[str], shapes, quick: bool, save: bool) -> dict:
+    """Time the kernels next to every SDPA backend at `shapes` on this GPU, write the record if
+    `save`, and refuse (assert) if any output failed its check."""
+    from .bench import failed_cases, run_bench
+    from .results import write_record
+
+    rec = run_bench([registry.get(k) for k in kernel_ids], shapes, quick=quick, progress=False)
+    print(f"Measured now:\n  {record_label(rec)}")
+    if save:
+        print(f"record: {write_record(rec)}")
+    failed = failed_cases(rec)
+    assert not failed, f"wrong output, so these times are no result: {failed}"
+    return rec
+
+
 def bench(kernel_ids: list[str], quick: bool = True, save: bool = False) -> dict | None:
     """On a GPU: time the kernels next to every SDPA backend now (and write the record if `save`).
     Without one: the freshest committed bench record of the first kernel, reduced to fresh kernels.
     Either way draw the mission shape's bars and the length sweep, causal and not; return the
     record shown, or None after saying plainly that none exists."""
     from .plot import latency_bars, length_sweep
-    from .results import write_record
 
     chapter_kernel = kernel_ids[0]
     if has_gpu():
-        from .bench import run_bench
-
-        rec = run_bench([registry.get(k) for k in kernel_ids], bench_shapes(quick), quick=quick, progress=False)
-        print(f"Measured now:\n  {record_label(rec)}")
-        if save:
-            print(f"record: {write_record(rec)}")
-        failed = [(k, c["shape"], c["causal"]) for c in rec["cases"] for k, e in c["kernels"].items()
-                  if "check" in e and not e["check"]["passed"]]
-        assert not failed, f"wrong output, so these times are no result: {failed}"
+        rec = _measure_now(kernel_ids, bench_shapes(quick), quick, save)
     else:
         recs = fresh_records("bench", chapter_kernel)
         if not recs:
@@ -654,19 +660,9 @@ def bench_at(kernel_ids: list[str], shapes: list[Shape], quick: bool = True, sav
     bench record of the first kernel that holds every one of `shapes` both ways, reduced to its
     fresh kernels, or None."""
     from .plot import find_case
-    from .results import write_record
 
     if has_gpu():
-        from .bench import run_bench
-
-        rec = run_bench([registry.get(k) for k in kernel_ids], list(shapes), quick=quick, progress=False)
-        print(f"Measured now:\n  {record_label(rec)}")
-        if save:
-            print(f"record: {write_record(rec)}")
-        failed = [(k, c["shape"], c["causal"]) for c in rec["cases"] for k, e in c["kernels"].items()
-                  if "check" in e and not e["check"]["passed"]]
-        assert not failed, f"wrong output, so these times are no result: {failed}"
-        return rec
+        return _measure_now(kernel_ids, list(shapes), quick, save)
     for rec in fresh_records("bench", kernel_ids[0]):
         if all(find_case(rec, s, c) for s in shapes for c in (False, True)):
             print(f"No CUDA GPU here. Committed bench record:\n  {record_label(rec)}")

@@ -90,15 +90,14 @@ def cmd_check(args) -> int:
 def cmd_bench(args) -> int:
     if not _gpu_or_exit("bench"):
         return 2
-    from .bench import run_bench
+    from .bench import failed_cases, run_bench
     from .results import write_record
     from .shapes import BENCH_SHAPES, QUICK_SWEEP_LENGTHS, SWEEP_LENGTHS, sweep
 
     specs = registry.select(args.kernels)
     shapes = list(dict.fromkeys(BENCH_SHAPES + sweep(QUICK_SWEEP_LENGTHS if args.quick else SWEEP_LENGTHS)))
     record = run_bench(specs, shapes, quick=args.quick)
-    failed = [(kid, c["shape"], c["causal"]) for c in record["cases"] for kid, e in c["kernels"].items()
-              if "check" in e and not e["check"]["passed"]]
+    failed = failed_cases(record)
     if not args.no_record:
         print(f"record: {write_record(record)}")
     for kid, shape, causal in failed:
