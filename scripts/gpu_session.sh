@@ -7,7 +7,8 @@
 #
 # Usage (repo root, on a machine with a CUDA GPU):   bash scripts/gpu_session.sh [--quick]
 # Where Jupyter's kernel stack is missing and there is no network, first put offline wheels in
-# .whl/ (shared/gpu-host/prepare-offline-wheels.sh .whl 3.12 on a machine with the index).
+# .whl/ on a machine with the index; the notebooks also need myst-nb (for glue):
+#   EXTRA="myst-nb matplotlib tqdm" shared/gpu-host/prepare-offline-wheels.sh .whl 3.12
 set -uo pipefail
 quick=""
 [ "${1:-}" = "--quick" ] && quick="--quick"
@@ -21,6 +22,13 @@ else
   export PYTHONPATH=$PWD/src
 fi
 status=0
+missing=$(python3 - <<'PY'
+import importlib.util
+need = ["torch", "cupy", "numpy", "matplotlib", "tqdm", "papermill", "ipykernel", "nbval", "myst_nb"]
+print(" ".join(m for m in need if importlib.util.find_spec(m) is None))
+PY
+)
+[ -z "$missing" ] || echo "WARNING: missing Python modules: $missing (the steps that need them will fail)"
 step() {  # step NAME CMD...: run, log to $OUT/NAME.log, remember failures, keep going
   local name=$1; shift
   echo "=== $name: $*"
