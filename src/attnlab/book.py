@@ -619,29 +619,13 @@ def sass_by_function(kernel_id: str, arch: str) -> dict:
     return out
 
 
-# Per-SM limits of the CUDA C++ Programming Guide's compute-capability table: 32-bit registers,
-# shared memory (bytes, the largest carve-out), resident threads and resident blocks.
-SM_LIMITS = {
-    "sm_80": {"registers": 65536, "smem": 164 * 1024, "threads": 2048, "blocks": 32},
-    "sm_86": {"registers": 65536, "smem": 100 * 1024, "threads": 1536, "blocks": 16},
-    "sm_89": {"registers": 65536, "smem": 100 * 1024, "threads": 1536, "blocks": 24},
-    "sm_90": {"registers": 65536, "smem": 228 * 1024, "threads": 2048, "blocks": 32},
-}
-SMEM_RESERVED_PER_BLOCK = 1024  # bytes the runtime keeps per resident block (sm_80 and later)
-
-
 def blocks_per_sm(arch: str, registers: int, smem_bytes: int, threads: int) -> tuple[int, str]:
-    """Resident blocks per SM and what limits them: registers (allocated per warp in units of 256),
-    shared memory (plus the 1 KB reserved per block, in 128-byte units), threads or blocks."""
-    lim = SM_LIMITS[arch]
-    warps = -(-threads // 32)
-    per_warp = -(-registers * 32 // 256) * 256
-    by = {"registers": (lim["registers"] // per_warp) // warps,
-          "shared memory": lim["smem"] // (-(-(smem_bytes + SMEM_RESERVED_PER_BLOCK) // 128) * 128),
-          "threads": lim["threads"] // threads,
-          "blocks": lim["blocks"]}
-    n = min(by.values())
-    return n, " and ".join(k for k, v in by.items() if v == n)
+    """Resident blocks per SM and what limits them ("shared memory", "registers and shared
+    memory", ...), by attnlab.gpus.occupancy."""
+    from .gpus import occupancy
+
+    occ = occupancy(arch, threads, registers, smem_bytes)
+    return occ.blocks_per_sm, " and ".join(occ.limiters)
 
 
 def md_table(header: list[str], rows: list[list]) -> None:

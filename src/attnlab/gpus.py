@@ -86,3 +86,62 @@ def arithmetic_intensity(shape: Shape, causal: bool = False) -> float:
 
 def tflops(shape: Shape, causal: bool, time_us: float) -> float:
     return shape.flops(causal) / (time_us * 1e-6) / 1e12
+
+
+# --- occupancy -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SmLimits:
+    """What one SM holds (CUDA C++ Programming Guide, compute-capabilities table)."""
+    arch: str
+    registers: int = 65536
+    max_threads: int = 2048
+    max_blocks: int = 32
+    smem: int = 167936            # shared memory per SM usable by blocks (the largest carve-out)
+    reserved_smem: int = 1024     # the runtime's share of each block (sm_80 and later)
+    register_unit: int = 256      # registers are allocated per warp in units of 256
+    smem_unit: int = 128          # shared memory is allocated per block in units of 128 bytes
+
+
+SM_LIMITS = {
+    "sm_80": SmLimits("sm_80", max_threads=2048, max_blocks=32, smem=167936),
+    "sm_86": SmLimits("sm_86", max_threads=1536, max_blocks=16, smem=102400),
+    "sm_89": SmLimits("sm_89", max_threads=1536, max_blocks=24, smem=102400),
+    "sm_90": SmLimits("sm_90", max_threads=2048, max_blocks=32, smem=233472),
+}
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    blocks_per_sm: int
+    warps_per_sm: int
+    max_warps: int
+    limiters: tuple[str, ...]     # every limit that allows no more blocks, most basic first
+
+    @property
+    def limiter(self) -> str:
+        """"threads", "registers", "shared memory" or "blocks": the first of the limiters."""
+        return self.limiters[0]
+
+    @property
+    def fraction(self) -> float:
+        return self.warps_per_sm / self.max_warps
+
+
+def occupancy(arch: str, threads: int, registers: int, smem_bytes: int) -> Occupancy:
+    """Theoretical occupancy, by the occupancy calculator's rules: resident blocks per SM are the
+    fewest that threads, registers (allocated per warp, 256 at a time), shared memory (plus the
+    runtime's 1 KB per block, allocated 128 bytes at a time) and the block limit allow."""
+    lim = SM_LIMITS[arch]
+    warps = -(-threads // 32)
+    regs_per_warp = -(-registers * 32 // lim.register_unit) * lim.register_unit
+    smem_per_block = -(-(smem_bytes + lim.reserved_smem) // lim.smem_unit) * lim.smem_unit
+    limits = {
+        "threads": lim.max_threads // (warps * 32),
+        "registers": lim.registers // (regs_per_warp * warps) if registers else lim.max_blocks,
+        "shared memory": lim.smem // smem_per_block,
+        "blocks": lim.max_blocks,
+    }
+    blocks = min(limits.values())
+    return Occupancy(blocks, blocks * warps, lim.max_threads // 32,
+                     tuple(k for k, v in limits.items() if v == blocks))

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from . import registry
+from .gpus import SM_LIMITS, Occupancy, occupancy  # noqa: F401 (chapter 8 reads them here)
 from .registry import L4_MAX_SMEM_PER_BLOCK, KernelSpec
 from .shapes import MISSION, Shape
 
@@ -103,58 +104,6 @@ def _short(name: str) -> str:
         if name.startswith(prefix):
             return name[len(prefix):]
     return name
-
-
-# --- occupancy ---------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class SmLimits:
-    """What one SM holds (CUDA C++ Programming Guide, compute capabilities table)."""
-    arch: str
-    registers: int = 65536
-    max_threads: int = 2048
-    max_blocks: int = 32
-    smem: int = 167936            # shared memory per SM usable by blocks
-    reserved_smem: int = 1024     # the runtime's share of each block (sm_80 and later)
-    register_unit: int = 256      # registers are allocated per warp in units of 256
-
-
-SM_LIMITS = {
-    "sm_80": SmLimits("sm_80", max_threads=2048, max_blocks=32, smem=167936),
-    "sm_86": SmLimits("sm_86", max_threads=1536, max_blocks=16, smem=102400),
-    "sm_89": SmLimits("sm_89", max_threads=1536, max_blocks=24, smem=102400),
-    "sm_90": SmLimits("sm_90", max_threads=2048, max_blocks=32, smem=233472),
-}
-
-
-@dataclass(frozen=True)
-class Occupancy:
-    blocks_per_sm: int
-    warps_per_sm: int
-    max_warps: int
-    limiter: str                  # "registers", "shared memory", "threads" or "blocks"
-
-    @property
-    def fraction(self) -> float:
-        return self.warps_per_sm / self.max_warps
-
-
-def occupancy(arch: str, threads: int, registers: int, smem_bytes: int) -> Occupancy:
-    """Theoretical occupancy, by the occupancy calculator's rules: resident blocks per SM are the
-    fewest that threads, registers (allocated per warp, 256 at a time), shared memory (plus the
-    runtime's 1 KB per block) and the block limit allow."""
-    lim = SM_LIMITS[arch]
-    warps = -(-threads // 32)
-    regs_per_warp = -(-registers * 32 // lim.register_unit) * lim.register_unit
-    limits = {
-        "threads": lim.max_threads // (warps * 32),
-        "registers": lim.registers // (regs_per_warp * warps) if registers else lim.max_blocks,
-        "shared memory": lim.smem // (smem_bytes + lim.reserved_smem),
-        "blocks": lim.max_blocks,
-    }
-    limiter = min(limits, key=lambda k: (limits[k], list(limits).index(k)))
-    blocks = limits[limiter]
-    return Occupancy(blocks, blocks * warps, lim.max_threads // 32, limiter)
 
 
 # --- the static gate ---------------------------------------------------------------------------
