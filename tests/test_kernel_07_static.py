@@ -10,17 +10,14 @@ from the kernel only as intended. The registry's launch constants are read back 
 from __future__ import annotations
 
 import re
-import subprocess
-from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from attnlab import registry
-from attnlab.compile import nvcc_cubin
 from attnlab.registry import L4_MAX_SMEM_PER_BLOCK
 from attnlab.shapes import Shape
-from attnlab.static import ARCHES, cuobjdump_path, parse_ptxas
+from attnlab.static import ARCHES, function_opcodes, parse_ptxas, sass_by_function
+from attnlab.static import build as static_build
 
 IDS = ("07_mma", "07_mma_noswizzle", "07_mma_single_buffer")
 SPEC = registry.get("07_mma")
@@ -52,28 +49,13 @@ def _smem(D: int, double_buf: bool) -> int:
 
 
 @pytest.fixture(scope="module", params=ARCHES)
-def build(request, tmp_path_factory):
+def build(request):
     arch = request.param
-    cubin, report = nvcc_cubin(SPEC, arch, Path(tmp_path_factory.mktemp(arch)) / "k07.cubin")
-    proc = subprocess.run([cuobjdump_path(), "-sass", str(cubin)], capture_output=True, text=True, check=True)
-    sass: dict[str, list[str]] = {}
-    current = None
-    for line in proc.stdout.splitlines():
-        if m := re.search(r"Function : (\S+)", line):
-            current = m.group(1)
-            sass[current] = []
-        elif current and (m := re.search(r"/\*[0-9a-f]{4,}\*/\s+((?:@!?U?P[T0-9]+\s+)?[A-Z].*?)\s*;", line)):
-            sass[current].append(m.group(1))
-    return arch, {f.name: f for f in parse_ptxas(report)}, sass
+    b = static_build(SPEC, arch)
+    return arch, {f.name: f for f in parse_ptxas(b.ptxas)}, sass_by_function(b.sass)
 
 
-def _opcodes(lines: list[str]) -> Counter:
-    ops = Counter()
-    for line in lines:
-        if line.startswith("@!PT "):   # never-executed padding
-            continue
-        ops[re.sub(r"^@!?U?P[T0-9]+\s+", "", line).split()[0]] += 1
-    return ops
+_opcodes = function_opcodes
 
 
 def test_registry_names_every_entry_with_its_head_dim():

@@ -6,25 +6,20 @@ mirror of the kernels' constants.
   DEPBAR), and the named barriers of the ring: BAR.SYNC and BAR.ARV on ids 1..2*STAGES with the
   block's thread count, never barrier 0.
 """
-import functools
 import os
 import re
-import subprocess
-import tempfile
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
 from attnlab import registry
-from attnlab.compile import nvcc_cubin
 from attnlab.paths import kernels_dir
 from attnlab.registry import L4_MAX_SMEM_PER_BLOCK
 from attnlab.shapes import Shape
 from attnlab.sources import source_files
-from attnlab.static import (ARCHES, StaticReport, cuobjdump_path, limit_problems, max_dynamic_smem,
-                            parse_ptxas, sass_opcodes)
+from attnlab.static import ARCHES, inspect_kernel, named_barriers
+from attnlab.static import build as static_build
 
 WS = registry._WS06_VARIANTS                     # id -> (stages, producer warps)
 OURS = ["05_wmma", *WS]
@@ -34,30 +29,17 @@ OURS = ["05_wmma", *WS]
 HMMA_PER_BODY = {"05": 2 * (16 + 16 + 32 + 32), "06": 2 * 2 * (16 + 16)}
 
 
-@functools.lru_cache(maxsize=None)
 def build(kernel_id: str, arch: str):
-    """One nvcc build: the static report (as `attnlab inspect` makes it) and the SASS text."""
+    """The static report (as `attnlab inspect` makes it) and the SASS text of one nvcc build."""
     spec = registry.get(kernel_id)
-    with tempfile.TemporaryDirectory() as tmp:
-        cubin, ptxas = nvcc_cubin(spec, arch, Path(tmp) / f"{kernel_id}.cubin")
-        sass = subprocess.run([cuobjdump_path(), "-sass", str(cubin)], capture_output=True, text=True,
-                              check=True).stdout
-        opcodes = sass_opcodes(cubin)
-    rep = StaticReport(kernel_id, arch, parse_ptxas(ptxas), dict(opcodes), max_dynamic_smem(spec), 0.0)
-    rep.problems = limit_problems(rep, spec)
-    return rep, sass
+    return inspect_kernel(spec, arch), static_build(spec, arch).sass
 
 
 def base_counts(rep) -> Counter:
     return rep.sass_base()
 
 
-BARRIER = re.compile(r"\bBAR\.(SYNC|ARV)[.A-Z_]*\s+0x([0-9a-f]+)(?:\s*,\s*0x([0-9a-f]+))?")
-
-
-def barriers(sass: str) -> list[tuple[str, int, int | None]]:
-    """(kind, id, thread count or None) of every BAR.SYNC / BAR.ARV with immediate operands."""
-    return [(k, int(i, 16), int(c, 16) if c else None) for k, i, c in BARRIER.findall(sass)]
+barriers = named_barriers
 
 
 # Every arch for the two chapters' kernels; the sweep variants at the L4's sm_89 (tests/test_static.py

@@ -580,28 +580,9 @@ def swizzle_figure(row_bytes: int = 128):
 def sass_lines_by_function(kernel_id: str, arch: str) -> dict[str, list[str]]:
     """The SASS of each function in the kernel's nvcc build for `arch` (cuobjdump), one
     instruction a line with its operands, e.g. "DEPBAR.LE SB0, 0x1"."""
-    import re
-    import subprocess
-    import tempfile
-    from pathlib import Path
+    from .static import build, sass_by_function
 
-    from .compile import nvcc_cubin
-    from .static import cuobjdump_path
-
-    spec = registry.get(kernel_id)
-    with tempfile.TemporaryDirectory() as tmp:
-        cubin, _ = nvcc_cubin(spec, arch, Path(tmp) / f"{spec.id}.cubin")
-        text = subprocess.run([cuobjdump_path(), "-sass", str(cubin)], capture_output=True, text=True,
-                              check=True).stdout
-    out: dict[str, list[str]] = {}
-    current = None
-    for line in text.splitlines():
-        if m := re.search(r"Function : (\S+)", line):
-            current = m.group(1)
-            out[current] = []
-        elif current and (m := re.search(r"/\*[0-9a-f]{4,}\*/\s+((?:@!?U?P[T0-9]+\s+)?[A-Z].*?)\s*;", line)):
-            out[current].append(m.group(1))
-    return out
+    return sass_by_function(build(registry.get(kernel_id), arch).sass)
 
 
 def sass_by_function(kernel_id: str, arch: str) -> dict:
@@ -609,14 +590,9 @@ def sass_by_function(kernel_id: str, arch: str) -> dict:
     kernel's nvcc build for `arch`, from cuobjdump; predicates are dropped, never-executed padding
     (@!PT) is not counted. The loop bodies appear once: these are instructions in the binary, not
     instructions executed."""
-    import re
-    from collections import Counter
+    from .static import function_opcodes
 
-    out = {}
-    for name, lines in sass_lines_by_function(kernel_id, arch).items():
-        out[name] = Counter(re.sub(r"^@!?U?P[T0-9]+\s+", "", line).split()[0]
-                            for line in lines if not line.startswith("@!PT "))
-    return out
+    return {name: function_opcodes(lines) for name, lines in sass_lines_by_function(kernel_id, arch).items()}
 
 
 def blocks_per_sm(arch: str, registers: int, smem_bytes: int, threads: int) -> tuple[int, str]:
@@ -725,18 +701,10 @@ def sass_lines(kernel_id: str, arch: str, *prefixes: str) -> list[str]:
     without the encoding. Offsets and registers move between toolkits; opcodes and immediates
     (barrier ids, thread counts) do not."""
     import re
-    import subprocess
-    import tempfile
-    from pathlib import Path
 
-    from .compile import nvcc_cubin
-    from .static import cuobjdump_path
+    from .static import build
 
-    spec = registry.get(kernel_id)
-    with tempfile.TemporaryDirectory() as tmp:
-        cubin, _ = nvcc_cubin(spec, arch, Path(tmp) / f"{spec.id}.cubin")
-        text = subprocess.run([cuobjdump_path(), "-sass", str(cubin)], capture_output=True, text=True,
-                              check=True).stdout
+    text = build(registry.get(kernel_id), arch).sass
     line_re = re.compile(r"(/\*[0-9a-f]{4,}\*/)\s+((?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)[^;]*;)")
     out = []
     for m in line_re.finditer(text):
@@ -748,14 +716,9 @@ def sass_lines(kernel_id: str, arch: str, *prefixes: str) -> list[str]:
 def named_barriers(lines: list[str]) -> list[tuple[str, int, int | None]]:
     """(SYNC or ARV, barrier id, thread count or None) of each BAR.SYNC / BAR.ARV in SASS lines
     with immediate operands (`BAR.SYNC.DEFER_BLOCKING 0x1, 0xa0`: barrier 1, 160 threads)."""
-    import re
+    from . import static
 
-    pat = re.compile(r"\bBAR\.(SYNC|ARV)[.A-Z_]*\s+0x([0-9a-f]+)(?:\s*,\s*0x([0-9a-f]+))?")
-    found = []
-    for line in lines:
-        for kind, bar, count in pat.findall(line):
-            found.append((kind, int(bar, 16), int(count, 16) if count else None))
-    return found
+    return static.named_barriers("\n".join(lines))
 
 
 class RingSpan(_NamedTuple):

@@ -116,11 +116,69 @@ def parse_ptxas(report: str) -> list[FunctionResources]:
     return out
 
 
-def sass_opcodes(cubin: Path) -> Counter:
-    proc = subprocess.run([cuobjdump_path(), "-sass", str(cubin)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"cuobjdump failed on {cubin}: {proc.stderr}")
-    return Counter(m.group(1) for m in _OPCODE.finditer(proc.stdout))
+@dataclass(frozen=True)
+class Build:
+    """One nvcc build of a kernel for one target: ptxas's report and cuobjdump's SASS listing."""
+    ptxas: str
+    sass: str
+    seconds: float
+
+
+_BUILDS: dict[tuple, Build] = {}
+
+
+def build(spec: KernelSpec, arch: str) -> Build:
+    """Build `spec` (with its configuration, if any) for `arch`, once per process and source: a
+    chapter that prints resources, then opcode counts, then a listing compiles the kernel once."""
+    from .sources import kernel_hash
+
+    key = (spec.id, spec.defines, arch, kernel_hash(spec))
+    if key not in _BUILDS:
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory() as tmp:
+            cubin, report = nvcc_cubin(spec, arch, Path(tmp) / f"{spec.id}.cubin")
+            proc = subprocess.run([cuobjdump_path(), "-sass", str(cubin)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"cuobjdump failed on {spec.id} ({arch}): {proc.stderr}")
+        _BUILDS[key] = Build(report, proc.stdout, round(time.perf_counter() - t0, 2))
+    return _BUILDS[key]
+
+
+def opcode_counts(sass: str) -> Counter:
+    """Full opcodes (with modifiers, e.g. HMMA.16816.F32) of a SASS listing, all functions together."""
+    return Counter(m.group(1) for m in _OPCODE.finditer(sass))
+
+
+_FUNCTION = re.compile(r"Function : (\S+)")
+_INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+((?:@!?U?P[T0-9]+\s+)?[A-Z].*?)\s*;")
+_PREDICATE = re.compile(r"^@!?U?P[T0-9]+\s+")
+_BARRIER = re.compile(r"\bBAR\.(SYNC|ARV)[.A-Z_]*\s+0x([0-9a-f]+)(?:\s*,\s*0x([0-9a-f]+))?")
+
+
+def sass_by_function(sass: str) -> dict[str, list[str]]:
+    """A SASS listing split by function: one instruction a line with its operands and predicate,
+    e.g. "DEPBAR.LE SB0, 0x1"."""
+    out: dict[str, list[str]] = {}
+    current = None
+    for line in sass.splitlines():
+        if m := _FUNCTION.search(line):
+            current = m.group(1)
+            out[current] = []
+        elif current and (m := _INSTRUCTION.search(line)):
+            out[current].append(m.group(1))
+    return out
+
+
+def function_opcodes(lines: list[str]) -> Counter:
+    """Opcode counts of one function's instructions (from sass_by_function), predicates dropped;
+    never-executed padding (@!PT) is not counted."""
+    return Counter(_PREDICATE.sub("", line).split()[0] for line in lines if not line.startswith("@!PT "))
+
+
+def named_barriers(sass: str) -> list[tuple[str, int, int | None]]:
+    """(SYNC or ARV, barrier id, thread count or None) of each BAR.SYNC / BAR.ARV with immediate
+    operands (`BAR.SYNC.DEFER_BLOCKING 0x1, 0xa0`: barrier 1, 160 threads)."""
+    return [(kind, int(bar, 16), int(count, 16) if count else None) for kind, bar, count in _BARRIER.findall(sass)]
 
 
 def classify(opcodes: dict[str, int]) -> dict[str, int]:
@@ -146,13 +204,9 @@ def max_dynamic_smem(spec: KernelSpec) -> int:
 
 
 def inspect_kernel(spec: KernelSpec, arch: str) -> StaticReport:
-    t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        cubin, report = nvcc_cubin(spec, arch, Path(tmp) / f"{spec.id}.cubin")
-        functions = parse_ptxas(report)
-        sass = sass_opcodes(cubin)
-    rep = StaticReport(spec.id, arch, functions, dict(sorted(sass.items())), max_dynamic_smem(spec),
-                       round(time.perf_counter() - t0, 2))
+    b = build(spec, arch)
+    rep = StaticReport(spec.id, arch, parse_ptxas(b.ptxas), dict(sorted(opcode_counts(b.sass).items())),
+                       max_dynamic_smem(spec), b.seconds)
     rep.problems = limit_problems(rep, spec)
     return rep
 
