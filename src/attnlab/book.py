@@ -96,10 +96,9 @@ def record_label(rec: dict) -> str:
 
 def only_fresh(rec: dict) -> dict:
     """A copy of a record keeping only the kernels whose source still hashes to what was measured."""
-    from .results import current_hashes
+    from .results import fresh_kernels
 
-    hashes = current_hashes()
-    keep = {kid for kid, meta in rec["kernels"].items() if hashes.get(kid) == meta["sha256"]}
+    keep = fresh_kernels(rec)
     out = copy.deepcopy(rec)
     out["kernels"] = {kid: meta for kid, meta in out["kernels"].items() if kid in keep}
     for case in out["cases"]:

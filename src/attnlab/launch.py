@@ -131,3 +131,21 @@ def attention(kernel_id: str, q, k, v, causal: bool = False, scale: float | None
         out = torch.empty_like(q)
     launch(spec, shape, q, k, v, out, causal, scale)
     return out
+
+
+def exercise(kernel_id: str, shapes) -> None:
+    """Launch a kernel at each of `shapes` it supports, causal and not, on the check's inputs, and
+    wait: the workload that compute-sanitizer and Nsight Compute watch from outside the process."""
+    import torch
+
+    from .check import make_inputs
+
+    spec = get(kernel_id)
+    runnable = [shape for shape in shapes if spec.supports_head_dim(shape.D)]
+    if not runnable:
+        raise AttentionInputError(f"{kernel_id} takes none of these shapes: {[s.label() for s in shapes]}")
+    for shape in runnable:
+        q, k, v = make_inputs(shape, seed=0)
+        for causal in ((False, True) if spec.causal else (False,)):
+            attention(kernel_id, q, k, v, causal=causal)
+    torch.cuda.synchronize()

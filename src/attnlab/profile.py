@@ -90,16 +90,9 @@ def ncu_command(kernel_id: str, metrics=DEFAULT_METRICS, shape: Shape = MISSION,
 
 def run_child(kernel_id: str, shape: Shape = MISSION) -> int:
     """Inside ncu: launch the kernel once without and once with the causal mask."""
-    import torch
+    from .launch import exercise
 
-    from .check import make_inputs
-    from .launch import attention
-
-    q, k, v = make_inputs(Shape(*shape), seed=0)
-    spec = registry.get(kernel_id)
-    for causal in ((False, True) if spec.causal else (False,)):
-        attention(kernel_id, q, k, v, causal=causal)
-        torch.cuda.synchronize()
+    exercise(kernel_id, [Shape(*shape)])
     return 0
 
 
@@ -216,46 +209,37 @@ def run_profile(kernel_ids: list[str] | None = None, metrics=DEFAULT_METRICS, sh
     return record, failures
 
 
-def fresh_profile_rows(root=None) -> list[dict]:
-    """One row per (GPU, kernel, causal) from the newest fresh profile record of each: the metric
-    values by short name, with the GPU and date."""
-    from .results import current_hashes, load_records
+def _fresh_cases(kind: str, root=None):
+    """(record, case) of every case of a `kind` record whose kernel still matches its source,
+    oldest record first (so newer ones overwrite when rows are keyed)."""
+    from .results import current_hashes, fresh_kernels, load_records
 
     hashes = current_hashes()
     loaded, _ = load_records(root)
+    for item in loaded:
+        if item.record["kind"] == kind:
+            fresh = fresh_kernels(item.record, hashes)
+            yield from ((item.record, case) for case in item.record["cases"] if case["kernel"] in fresh)
+
+
+def fresh_profile_rows(root=None) -> list[dict]:
+    """One row per (GPU, kernel, causal) from the newest fresh profile record of each: the metric
+    values by short name, with the GPU and date."""
     rows = {}
-    for item in loaded:  # oldest first: newer records overwrite
-        rec = item.record
-        if rec["kind"] != "profile":
-            continue
-        for case in rec["cases"]:
-            kid = case["kernel"]
-            if hashes.get(kid) != rec["kernels"].get(kid, {}).get("sha256"):
-                continue
-            row = {"gpu": rec["gpu"]["name"], "date": rec["created_utc"][:10], "kernel": kid,
-                   "shape": tuple(case["shape"]), "causal": case["causal"], "function": case["function"]}
-            for name, m in case["metrics"].items():
-                row[METRICS[name].short if name in METRICS else name] = m["value"]
-            rows[(row["gpu"], kid, row["shape"], row["causal"])] = row
+    for rec, case in _fresh_cases("profile", root):
+        row = {"gpu": rec["gpu"]["name"], "date": rec["created_utc"][:10], "kernel": case["kernel"],
+               "shape": tuple(case["shape"]), "causal": case["causal"], "function": case["function"]}
+        for name, m in case["metrics"].items():
+            row[METRICS[name].short if name in METRICS else name] = m["value"]
+        rows[(row["gpu"], row["kernel"], row["shape"], row["causal"])] = row
     return [rows[k] for k in sorted(rows)]
 
 
 def fresh_sanitize_rows(root=None) -> list[dict]:
     """One row per (GPU, kernel, tool) from the newest fresh sanitize record of each."""
-    from .results import current_hashes, load_records
-
-    hashes = current_hashes()
-    loaded, _ = load_records(root)
     rows = {}
-    for item in loaded:
-        rec = item.record
-        if rec["kind"] != "sanitize":
-            continue
-        for case in rec["cases"]:
-            kid = case["kernel"]
-            if hashes.get(kid) != rec["kernels"].get(kid, {}).get("sha256"):
-                continue
-            rows[(rec["gpu"]["name"], kid, case["tool"])] = {
-                "gpu": rec["gpu"]["name"], "date": rec["created_utc"][:10], "kernel": kid, "tool": case["tool"],
-                "clean": case["clean"], "errors": case["errors"]}
+    for rec, case in _fresh_cases("sanitize", root):
+        rows[(rec["gpu"]["name"], case["kernel"], case["tool"])] = {
+            "gpu": rec["gpu"]["name"], "date": rec["created_utc"][:10], "kernel": case["kernel"],
+            "tool": case["tool"], "clean": case["clean"], "errors": case["errors"]}
     return [rows[k] for k in sorted(rows)]

@@ -209,12 +209,23 @@ def verify(root: Path | None = None) -> Verification:
     return out
 
 
-def fresh_bench_records(root: Path | None = None) -> list[dict]:
-    """Bench records whose every kernel still matches its source, oldest first."""
+def fresh_kernels(rec: dict, hashes: dict[str, str] | None = None) -> set[str]:
+    """The kernels of a record whose source still hashes to what was measured."""
+    hashes = current_hashes() if hashes is None else hashes
+    return {kid for kid, meta in rec["kernels"].items() if hashes.get(kid) == meta["sha256"]}
+
+
+def fresh_records(kind: str, root: Path | None = None) -> list[dict]:
+    """Records of `kind` whose every kernel still matches its source, oldest first."""
     loaded, _ = load_records(root)
     hashes = current_hashes()
-    return [item.record for item in loaded if item.record["kind"] == "bench" and all(
-        hashes.get(kid) == meta["sha256"] for kid, meta in item.record["kernels"].items())]
+    return [item.record for item in loaded if item.record["kind"] == kind
+            and fresh_kernels(item.record, hashes) == set(item.record["kernels"])]
+
+
+def fresh_bench_records(root: Path | None = None) -> list[dict]:
+    """Bench records whose every kernel still matches its source, oldest first."""
+    return fresh_records("bench", root)
 
 
 def report_rows(root: Path | None = None) -> list[dict]:

@@ -22,20 +22,9 @@ _HAZARD = re.compile(r"RACECHECK SUMMARY: (\d+) hazard", re.IGNORECASE)
 
 def run_child(kernel_id: str) -> int:
     """Launch the kernel on every sanitize shape it supports, causal and not."""
-    import torch
+    from .launch import exercise
 
-    from .check import make_inputs
-    from .launch import attention
-    from .registry import get
-
-    spec = get(kernel_id)
-    for shape in SANITIZE_SHAPES:
-        if not spec.supports_head_dim(shape.D):
-            continue
-        q, k, v = make_inputs(shape, seed=0)
-        for causal in ((False, True) if spec.causal else (False,)):
-            attention(kernel_id, q, k, v, causal=causal)
-    torch.cuda.synchronize()
+    exercise(kernel_id, SANITIZE_SHAPES)
     return 0
 
 

@@ -564,12 +564,9 @@ def run_search(kernel_id: str, shape: Shape = MISSION, causal: bool = False, str
 
 def fresh_search_records(root: Path | None = None) -> list[dict]:
     """Search records whose kernel still hashes to what was searched, oldest first."""
-    from .results import current_hashes, load_records
+    from .results import fresh_records
 
-    hashes = current_hashes()
-    loaded, _ = load_records(root)
-    return [item.record for item in loaded if item.record["kind"] == "search" and all(
-        hashes.get(kid) == meta["sha256"] for kid, meta in item.record["kernels"].items())]
+    return fresh_records("search", root)
 
 
 def best_configs(root: Path | None = None) -> dict[tuple, dict]:
