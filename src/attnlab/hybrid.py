@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .launch import AttentionInputError, _cupy_stream
+from .launch import AttentionInputError, run_on_torch_stream
 from .registry import KernelSpec
 from .shapes import Shape
 
@@ -72,8 +72,6 @@ def run_cublas_hybrid(spec: KernelSpec, shape: Shape, q, k, v, out, causal: bool
     check_score_memory(spec, shape, score_budget(q.device))
     fn = load_function(spec)  # before any work is queued: a build error leaves nothing half-done
     s = torch.matmul(q, k.transpose(-2, -1))  # [B, H, L, L] fp16, contiguous, unscaled
-    cfg = spec.launch_config(shape)
     args = (cupy.asarray(s), np.int32(shape.L), np.float32(scale), np.int32(bool(causal)))
-    with cupy.cuda.Device(q.device.index), _cupy_stream(torch.cuda.current_stream(q.device)):
-        fn(cfg["grid"], cfg["block"], args, shared_mem=cfg["dynamic_smem"])
+    run_on_torch_stream(fn, spec.launch_config(shape), args, q.device)
     torch.matmul(s, v, out=out)  # P (written over S) times V

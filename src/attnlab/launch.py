@@ -102,7 +102,6 @@ def _cupy_stream(torch_stream):
 def launch(spec: KernelSpec, shape: Shape, q, k, v, out, causal: bool, scale: float) -> None:
     """Launch an already validated problem. Callers outside attnlab use `attention()`."""
     import cupy
-    import torch
 
     from .compile import load_function
 
@@ -110,13 +109,21 @@ def launch(spec: KernelSpec, shape: Shape, q, k, v, out, causal: bool, scale: fl
         module, _, function = spec.runner.partition(":")
         return getattr(importlib.import_module(module), function)(spec, shape, q, k, v, out, causal, scale)
     fn = load_function(spec, spec.entry_for(shape.D))
-    cfg = spec.launch_config(shape)
+    args = (cupy.asarray(q), cupy.asarray(k), cupy.asarray(v), cupy.asarray(out),
+            np.int32(shape.L), np.int32(shape.D), np.float32(scale), np.int32(bool(causal)))
+    run_on_torch_stream(fn, spec.launch_config(shape), args, q.device)
+
+
+def run_on_torch_stream(fn, cfg: dict, args: tuple, device) -> None:
+    """Launch a compiled kernel with a registry launch config on torch's current stream of
+    `device`, opting in to more than 48 KB of dynamic shared memory when the config asks for it."""
+    import cupy
+    import torch
+
     smem = cfg["dynamic_smem"]
     if smem > DEFAULT_SMEM_LIMIT:  # the opt-in above 48 KB, per function
         fn.max_dynamic_shared_size_bytes = smem
-    args = (cupy.asarray(q), cupy.asarray(k), cupy.asarray(v), cupy.asarray(out),
-            np.int32(shape.L), np.int32(shape.D), np.float32(scale), np.int32(bool(causal)))
-    with cupy.cuda.Device(q.device.index), _cupy_stream(torch.cuda.current_stream(q.device)):
+    with cupy.cuda.Device(device.index), _cupy_stream(torch.cuda.current_stream(device)):
         fn(cfg["grid"], cfg["block"], args, shared_mem=smem)
 
 
