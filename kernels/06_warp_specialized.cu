@@ -49,6 +49,7 @@
 // Entry point: attn_fwd_06_warp_specialized (STAGES = 2, PRODUCERS = 1). The sweep over STAGES
 // 1-3 and PRODUCERS 1-2 uses the same template from the files 06_ws_s<STAGES>_p<PRODUCERS>.cu.
 // Limits: D = 64 or 128; any L >= 1; q, k, v, o 16-byte aligned.
+#include "ptx.cuh"
 #include "wmma_tile.cuh"
 
 namespace {
@@ -91,30 +92,7 @@ static_assert(smem_bytes<64, 3>() <= 101376 && smem_bytes<128, 3>() <= 101376,
               "the L4's 99 KB per block");
 #endif
 
-// ---- PTX: asynchronous copies and named barriers -------------------------------------------
-
-// 16 bytes global -> shared without passing through registers (.cg: cached in L2 only). With
-// src_bytes = 0 nothing is read and the 16 bytes are zero-filled: rows past L.
-__device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src, int src_bytes) {
-    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(gmem_src), "r"(src_bytes)
-                 : "memory");
-}
-// Close the group of copies issued since the last commit (an empty group is fine).
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-// Wait until at most N of this thread's committed groups are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-// Named barrier `id` (1..15; 0 is __syncthreads): wait until `count` threads have arrived.
-__device__ __forceinline__ void bar_sync(int id, int count) {
-    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
-}
-// Count this thread towards the barrier's current phase and go on without waiting.
-__device__ __forceinline__ void bar_arrive(int id, int count) {
-    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
-}
+// ---- named barriers of the ring ------------------------------------------------------------
 
 __device__ __forceinline__ int full_bar(int stage) { return 1 + stage; }
 template <int STAGES>
@@ -152,7 +130,8 @@ __device__ __forceinline__ void issue_tile(__half* k_dst, __half* v_dst, const _
         const __half* head = is_v ? v_head : k_head;
         // A row past L reads nothing; its address is kept inside the tensor all the same.
         const __half* src = head + (valid ? (long long)(kv0 + r) * D + col : 0);
-        cp_async_16((is_v ? v_dst : k_dst) + r * LD + col, src, valid ? 16 : 0);
+        // src_bytes = 0: nothing is read and the 16 bytes are zero-filled (rows past L).
+        attn::cp_async_16(attn::smem_u32((is_v ? v_dst : k_dst) + r * LD + col), src, valid ? 16 : 0);
     }
 }
 
@@ -174,14 +153,14 @@ __device__ __forceinline__ void produce(unsigned char* ring, const __half* k_hea
             const int t = t0 + s;
             if (t >= n_tiles + LAG) break;
             if (t < n_tiles) {
-                if (t >= STAGES) bar_sync(empty_bar<STAGES>(s), COUNT);  // tile t - STAGES released
+                if (t >= STAGES) attn::bar_sync(empty_bar<STAGES>(s), COUNT);  // tile t - STAGES released
                 issue_tile<D, PRODUCERS>(Ring<D>::k(ring, s), Ring<D>::v(ring, s), k_head, v_head,
                                          t * BN, L, ptid);
             }
-            cp_async_commit();
+            attn::cp_async_commit();
             if (t >= LAG) {
-                cp_async_wait<LAG>();  // this thread's part of tile t - LAG has landed
-                bar_arrive(full_bar((s + STAGES - LAG) % STAGES), COUNT);  // tile t - LAG is full
+                attn::cp_async_wait<LAG>();  // this thread's part of tile t - LAG has landed
+                attn::bar_arrive(full_bar((s + STAGES - LAG) % STAGES), COUNT);  // tile t - LAG is full
             }
         }
     }
@@ -226,13 +205,13 @@ __device__ __forceinline__ void forward(const __half* __restrict__ q, const __ha
         for (int s = 0; s < STAGES; ++s) {  // tile t = t0 + s, in stage s
             const int t = t0 + s;
             if (t >= n_tiles) break;
-            bar_sync(full_bar(s), COUNT);  // tile t has landed in stage s
+            attn::bar_sync(full_bar(s), COUNT);  // tile t has landed in stage s
             warp_scores<D, BN>(qf, Ring<D>::k(ring, s), s_w);
             __syncwarp();
             warp_online_softmax<D, BN>(s_w, p_w, o_w, m, l, t * BN, key_limit, scale, lane);
             __syncwarp();
             warp_pv<D, BN>(p_w, Ring<D>::v(ring, s), o_w);
-            if (t + STAGES < n_tiles) bar_arrive(empty_bar<STAGES>(s), COUNT);  // stage s may be refilled
+            if (t + STAGES < n_tiles) attn::bar_arrive(empty_bar<STAGES>(s), COUNT);  // stage s may be refilled
         }
     }
     __syncwarp();

@@ -43,6 +43,7 @@
 // masked as keys and never stored); q, k, v, o 16-byte aligned (16-byte copies and stores); any
 // finite scale.
 #include "common.cuh"
+#include "ptx.cuh"
 #include "swizzle.cuh"
 
 namespace {
@@ -73,49 +74,6 @@ constexpr int MIN_CTAS_PER_SM = 2;
 constexpr float LOG2E = 1.4426950408889634f;
 constexpr float SMALLEST_NORMAL = 1.17549435e-38f;  // FLT_MIN (no libc headers: NVRTC builds this too)
 
-// ---- PTX wrappers --------------------------------------------------------------------------
-
-__device__ __forceinline__ unsigned smem_u32(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-// 16-byte global -> shared copy that bypasses L1. src_bytes = 0 copies nothing and zero-fills
-// the 16 destination bytes: rows past L become zeros (finite, so 0 * V stays 0).
-__device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, bool valid) {
-    const int src_bytes = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int PENDING>  // wait until at most PENDING of this thread's groups are in flight
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory"); }
-
-__device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], unsigned addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-}
-__device__ __forceinline__ void ldsm_x4_trans(unsigned (&r)[4], unsigned addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-}
-
-// d += a (16x16, row-major fragments) * b (16x8, column fragments), fp16 inputs, fp32 accumulators.
-__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// 2^x on the special-function unit: what exp2f becomes under --use_fast_math, without its
-// range fix-up for results below 2^-126 (flushed to 0: harmless for softmax weights).
-// exp2(-inf) = +0, which the masking relies on.
-__device__ __forceinline__ float exp2_approx(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
 // Two fp32 values as one f16x2 register; `lo` (the smaller column) in the low half.
 __device__ __forceinline__ unsigned pack_half2(float lo, float hi) {
     __half2 h = __floats2half2_rn(lo, hi);
@@ -138,7 +96,9 @@ __device__ __forceinline__ void load_tile(unsigned tile, const __half* head, int
         const int row = row0 + r;
         const bool valid = row < L;
         const __half* src = head + static_cast<long long>(valid ? row : 0) * D + c * 8;  // in bounds even when unused
-        cp_async_16(tile + attn::tile_offset<D * 2, SWIZZLE>(r, c), src, valid);
+        // src_bytes = 0 copies nothing and zero-fills the 16 destination bytes: rows past L become
+        // zeros (finite, so 0 * V stays 0).
+        attn::cp_async_16(tile + attn::tile_offset<D * 2, SWIZZLE>(r, c), src, valid ? 16 : 0);
     }
 }
 
@@ -159,7 +119,7 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
 
     // Shared memory: [Q | K stage 0 | V stage 0 | K stage 1 | V stage 1] (stage 1 only when DOUBLE_BUF).
     extern __shared__ __align__(128) unsigned char smem[];
-    const unsigned q_tile = smem_u32(smem);
+    const unsigned q_tile = attn::smem_u32(smem);
     auto k_tile = [&](int stage) { return q_tile + Q_BYTES + stage * 2 * KV_BYTES; };
     auto v_tile = [&](int stage) { return q_tile + Q_BYTES + stage * 2 * KV_BYTES + KV_BYTES; };
 
@@ -178,7 +138,7 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
     load_tile<D, BLOCK_M, SWIZZLE>(q_tile, q, q0, L, tid);
     load_tile<D, BLOCK_N, SWIZZLE>(k_tile(0), k, 0, L, tid);
     load_tile<D, BLOCK_N, SWIZZLE>(v_tile(0), v, 0, L, tid);
-    cp_async_commit();
+    attn::cp_async_commit();
 
     unsigned q_frag[K_STEPS][4];  // A operands of Q for the whole loop
     float o_acc[O_BLOCKS][4];     // C layout: [0],[1] row g, cols 2t, 2t+1; [2],[3] row g+8
@@ -205,22 +165,22 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
                 load_tile<D, BLOCK_N, SWIZZLE>(k_tile(stage ^ 1), k, (j + 1) * BLOCK_N, L, tid);
                 load_tile<D, BLOCK_N, SWIZZLE>(v_tile(stage ^ 1), v, (j + 1) * BLOCK_N, L, tid);
             }
-            cp_async_commit();   // possibly empty: keeps "all but the newest group" = tile j
-            cp_async_wait<1>();
+            attn::cp_async_commit();   // possibly empty: keeps "all but the newest group" = tile j
+            attn::cp_async_wait<1>();
         } else {
             if (j > 0) {
                 load_tile<D, BLOCK_N, SWIZZLE>(k_tile(0), k, j * BLOCK_N, L, tid);
                 load_tile<D, BLOCK_N, SWIZZLE>(v_tile(0), v, j * BLOCK_N, L, tid);
-                cp_async_commit();
+                attn::cp_async_commit();
             }
-            cp_async_wait<0>();
+            attn::cp_async_wait<0>();
         }
         __syncthreads();  // every thread's copies of tile j (and Q) are now visible to all
 
         if (j == 0) {
 #pragma unroll
             for (int ks = 0; ks < K_STEPS; ++ks)
-                ldsm_x4(q_frag[ks], q_tile + attn::tile_offset<ROW_BYTES, SWIZZLE>(
+                attn::ldsm_x4(q_frag[ks], q_tile + attn::tile_offset<ROW_BYTES, SWIZZLE>(
                                                  warp * 16 + attn::ldsm_row(lane), 2 * ks + attn::ldsm_chunk(lane)));
             if (scale < 0.f) {
 #pragma unroll
@@ -246,10 +206,10 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
 #pragma unroll
                 for (int ks = 0; ks < K_STEPS; ++ks) {
                     unsigned kf[4];
-                    ldsm_x4(kf, k_tile(stage) + attn::tile_offset<ROW_BYTES, SWIZZLE>(
+                    attn::ldsm_x4(kf, k_tile(stage) + attn::tile_offset<ROW_BYTES, SWIZZLE>(
                                                     16 * np + attn::ldsm_row_b(lane), 2 * ks + attn::ldsm_chunk_b(lane)));
-                    mma_16816(s[2 * np], q_frag[ks], kf[0], kf[1]);
-                    mma_16816(s[2 * np + 1], q_frag[ks], kf[2], kf[3]);
+                    attn::mma_16816(s[2 * np], q_frag[ks], kf[0], kf[1]);
+                    attn::mma_16816(s[2 * np + 1], q_frag[ks], kf[2], kf[3]);
                 }
 
             // Mask keys past L and, causal, keys after the row. Only the last tile and the tiles
@@ -278,7 +238,7 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
                 // instead keeps exp2(-inf) = 0 rather than exp2(-inf + inf) = NaN.
                 const float m_use = (m_new == ATTN_NEG_INF) ? 0.f : m_new;
                 neg_mc[h] = -m_use * scale_log2;
-                const float corr = exp2_approx((m_run[h] - m_use) * scale_log2);
+                const float corr = attn::exp2_approx((m_run[h] - m_use) * scale_log2);
                 m_run[h] = m_new;
                 l_run[h] *= corr;
 #pragma unroll
@@ -291,7 +251,7 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
             for (int nb = 0; nb < S_BLOCKS; ++nb)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    s[nb][e] = exp2_approx(fmaf(s[nb][e], scale_log2, neg_mc[e >> 1]));  // e^(scale (s - m))
+                    s[nb][e] = attn::exp2_approx(fmaf(s[nb][e], scale_log2, neg_mc[e >> 1]));  // e^(scale (s - m))
                     l_run[e >> 1] += s[nb][e];
                 }
 
@@ -308,10 +268,10 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
 #pragma unroll
                 for (int dp = 0; dp < D / 16; ++dp) {
                     unsigned vf[4];
-                    ldsm_x4_trans(vf, v_tile(stage) + attn::tile_offset<ROW_BYTES, SWIZZLE>(
+                    attn::ldsm_x4_trans(vf, v_tile(stage) + attn::tile_offset<ROW_BYTES, SWIZZLE>(
                                                           16 * kp + attn::ldsm_row(lane), 2 * dp + attn::ldsm_chunk(lane)));
-                    mma_16816(o_acc[2 * dp], pa, vf[0], vf[1]);
-                    mma_16816(o_acc[2 * dp + 1], pa, vf[2], vf[3]);
+                    attn::mma_16816(o_acc[2 * dp], pa, vf[0], vf[1]);
+                    attn::mma_16816(o_acc[2 * dp + 1], pa, vf[2], vf[3]);
                 }
             }
         }

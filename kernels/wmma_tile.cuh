@@ -29,6 +29,7 @@
 #include <mma.h>
 
 #include "common.cuh"
+#include "ptx.cuh"
 
 namespace attn {
 namespace wm {
@@ -204,14 +205,6 @@ __device__ __forceinline__ unsigned pack_half2(float a, float b) {
     return *reinterpret_cast<const unsigned*>(&h);
 }
 
-// One 16-byte global store. Written out because the compiler splits a plain uint4 assignment
-// here into four 4-byte stores: it cannot prove the 16-byte alignment these kernels require of o.
-__device__ __forceinline__ void store_global_16(__half* dst, uint4 v) {
-    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(v.x), "r"(v.y), "r"(v.z),
-                 "r"(v.w)
-                 : "memory");
-}
-
 // Divide each row of O_w by its sum and write rows < L to global memory as fp16, 16 bytes per
 // lane per store (a row's D halves are written by D / 8 consecutive lanes).
 template <int D>
@@ -238,7 +231,7 @@ __device__ __forceinline__ void warp_write_output(float* o_w, float l, __half* o
         const float4 b = *reinterpret_cast<const float4*>(o_w + rr * O_LD + col + 4);
         const uint4 packed = make_uint4(pack_half2(a.x, a.y), pack_half2(a.z, a.w),
                                         pack_half2(b.x, b.y), pack_half2(b.z, b.w));
-        store_global_16(o_head + (long long)(row0 + rr) * D + col, packed);
+        attn::store_global_16(o_head + (long long)(row0 + rr) * D + col, packed);
     }
 }
 

@@ -339,7 +339,7 @@ register(KernelSpec(
     tuning=_WMMA05_TUNING,
     head_dims=frozenset({64, 128}),
     alignment=16,
-    extra_sources=("common.cuh", "wmma_tile.cuh"),
+    extra_sources=("common.cuh", "ptx.cuh", "wmma_tile.cuh"),
     summary="fused: WMMA 16x16x16 QK^T and PV (fp32 accumulate), scores and O staged in shared memory",
 ))
 
@@ -357,7 +357,7 @@ for _id, (_stages, _producers) in _WS06_VARIANTS.items():
         tuning=_WS06_TUNING if _default else None,
         head_dims=frozenset({64, 128}),
         alignment=16,
-        extra_sources=("common.cuh", "wmma_tile.cuh") + (() if _default else ("06_warp_specialized.cu",)),
+        extra_sources=("common.cuh", "ptx.cuh", "wmma_tile.cuh") + (() if _default else ("06_warp_specialized.cu",)),
         summary=("a producer warp cp.asyncs K/V into a 2-stage ring for 4 WMMA consumer warps; "
                  "named-barrier hand-off" if _default else
                  f"sweep variant of 06_warp_specialized: {_stages} stage{'s' * (_stages > 1)}, "
@@ -422,7 +422,7 @@ for _kid, _suffix, _stages, _title, _summary in (
         **_mma07_geometry(_MMA07_TUNING.defaults, _stages),
         head_dims=frozenset({64, 128}),
         alignment=16,
-        extra_sources=("common.cuh", "swizzle.cuh"),
+        extra_sources=("common.cuh", "ptx.cuh", "swizzle.cuh"),
         summary=_summary,
         # Chapter 8 searches the kernel's knobs; the ablations keep the chapter's constants.
         tuning=_MMA07_TUNING if _kid == "07_mma" else None,
