@@ -70,7 +70,26 @@ def _gpu_or_exit(what: str) -> bool:
     return True
 
 
+def cmd_check_cpu(args) -> int:
+    """check --cpu: the kernels on the CPU executor at small shapes, with its findings; no record
+    (records hold GPU results)."""
+    from .cpu import CPU_SCHEDULE_SEEDS, format_table_cpu, run_suite_cpu
+    from .executor import ExecutorUnavailable
+
+    specs = registry.select(args.kernels)
+    seeds = CPU_SCHEDULE_SEEDS[:1] if args.quick else CPU_SCHEDULE_SEEDS
+    try:
+        cases = run_suite_cpu(specs, seeds=seeds)
+    except ExecutorUnavailable as exc:
+        print(f"attnlab check --cpu: {exc}", file=sys.stderr)
+        return 2
+    print(format_table_cpu(cases))
+    return 0 if all(c.passed for c in cases) else 1
+
+
 def cmd_check(args) -> int:
+    if getattr(args, "cpu", False):
+        return cmd_check_cpu(args)
     if not _gpu_or_exit("check"):
         return 2
     from .check import CHECK_SEEDS, format_table, run_suite
@@ -289,6 +308,10 @@ def main(argv=None) -> int:
         sp.add_argument("kernels", nargs="*", metavar="KERNEL")
         sp.add_argument("--quick", action="store_true", help="fewer seeds / shapes / repetitions")
         sp.add_argument("--no-record", action="store_true", help="do not write a record under results/")
+        if name == "check":
+            sp.add_argument("--cpu", action="store_true",
+                            help="run the kernels on the CPU executor (no GPU needed): the pass rule at small "
+                                 "shapes, and races, out-of-bounds and other findings; never a timing")
         sp.set_defaults(fn=fn)
     sp = sub.add_parser("sanitize", help="compute-sanitizer on each kernel at small shapes (GPU); writes a record")
     sp.add_argument("kernels", nargs="*", metavar="KERNEL")

@@ -24,8 +24,9 @@ class AttentionInputError(ValueError):
 
 
 def validate(spec: KernelSpec, q, k, v, causal: bool = False, scale: float | None = None,
-             out=None) -> Shape:
-    """Check q, k, v (and out) against the contract and the kernel's limits; return the shape."""
+             out=None, device: str = "cuda") -> Shape:
+    """Check q, k, v (and out) against the contract and the kernel's limits; return the shape.
+    `device` is where the kernel runs: "cuda", or "cpu" for the CPU executor (attnlab.cpu)."""
     import torch
 
     names = ("q", "k", "v") + (("out",) if out is not None else ())
@@ -66,6 +67,10 @@ def validate(spec: KernelSpec, q, k, v, causal: bool = False, scale: float | Non
     if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)):
         raise AttentionInputError(f"scale must be a finite number; got {scale!r}")
     for name, t in zip(names, tensors):
+        if device == "cpu":
+            if t.device.type != "cpu":
+                raise AttentionInputError(f"{name} is on {t.device}; the CPU executor takes CPU tensors (.cpu())")
+            continue
         if t.device.type != "cuda":
             if not has_gpu():
                 raise NoGpuError(f"{spec.id} runs on a CUDA GPU and torch sees none on this machine; "

@@ -1,0 +1,185 @@
+"""Registered kernels on the CPU executor (attnlab.executor): the same .cu files, run on CPU tensors
+and checked against PyTorch's SDPA on the CPU by the GPU check's pass rule, with what a sanitizer
+would find. A CPU run proves correctness and finds races; it never produces a timing.
+
+    out, report = attention_cpu("07_mma", q, k, v, causal=True)   # q, k, v: CPU fp16 [B, H, L, D]
+    result = check_case_cpu(registry.get("07_mma"), Shape(1, 2, 129, 64), causal=True, seed=0)
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+from dataclasses import asdict, dataclass, field
+
+from . import registry
+from .check import ATOL_FLOOR, INPUT_OFFSET, judge, make_inputs
+from .registry import KernelSpec
+from .shapes import Shape
+
+# The CPU suite's shapes (small: the executor runs every thread of every block on one core).
+# L covers 1, tile edges plus and minus one for every chapter's tiles (16, 32, 64, 128), and a
+# length that is no multiple of anything; one shape has several batches, heads and query blocks.
+CPU_LENGTHS: tuple[int, ...] = (1, 2, 15, 17, 63, 65, 127, 129, 200)
+CPU_HEAD_DIMS: tuple[int, ...] = (64, 128)
+CPU_SCHEDULE_SEEDS: tuple[int, ...] = (0, 1, 2)
+
+
+def cpu_shapes(spec: KernelSpec) -> list[Shape]:
+    """The CPU suite's shapes a kernel supports: every length at B = 1, H = 2, and a batch of
+    several heads and query blocks, for each head dim in CPU_HEAD_DIMS it takes."""
+    shapes = []
+    for D in CPU_HEAD_DIMS:
+        if not spec.supports_head_dim(D):
+            continue
+        shapes += [Shape(1, 2, L, D) for L in CPU_LENGTHS] + [Shape(2, 3, 130, D)]
+    return shapes
+
+
+@dataclass
+class CpuCase:
+    """One CPU run of a kernel, judged like a GPU case, plus the executor's findings."""
+    kernel: str
+    shape: tuple
+    causal: bool
+    seed: int                     # inputs and the executor's schedule
+    passed: bool
+    max_err: float
+    tolerance: float
+    fp16_err: float
+    sdpa_err: float
+    findings: list[str] = field(default_factory=list)
+    reason: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _entries(spec: KernelSpec) -> list[str]:
+    return sorted(set(spec.entries_by_head_dim.values())) if spec.entries_by_head_dim else [spec.entry]
+
+
+def library_for(spec: KernelSpec):
+    """The kernel's executor library (built on first use, cached on disk)."""
+    from .executor import load
+    return load(spec.source, _entries(spec), spec.defines)
+
+
+class _Buffers:
+    """Executor-owned copies of CPU tensors, freed when the launch is done."""
+
+    def __init__(self, lib):
+        self.lib = lib
+
+    def __enter__(self):
+        return self
+
+    def put(self, tensor=None, nbytes=None, fill=None) -> int:
+        nbytes = nbytes if nbytes is not None else tensor.numel() * tensor.element_size()
+        ptr = self.lib.alloc(nbytes)
+        if tensor is not None:
+            ctypes.memmove(ptr, tensor.data_ptr(), nbytes)
+        elif fill is not None:
+            ctypes.memset(ptr, fill, nbytes)
+        return ptr
+
+    @staticmethod
+    def get(ptr: int, into) -> None:
+        ctypes.memmove(into.data_ptr(), ptr, into.numel() * into.element_size())
+
+    def __exit__(self, *exc):
+        self.lib.free_all()
+
+
+def attention_cpu(kernel_id: str | KernelSpec, q, k, v, causal: bool = False, scale: float | None = None, *,
+                  seed: int = 0, races: bool = True, banks: bool = False, time_limit: float = 300.0):
+    """softmax(q k^T * scale [+ causal mask]) v by a registered kernel on the CPU executor.
+
+    q, k, v: contiguous fp16 CPU tensors [B, H, L, D]. Returns (out, report): the output (NaN
+    where the kernel wrote nothing) and the executor's LaunchReport (findings, bank counts).
+    `seed` picks the order the executor runs warps and lanes in, and its WMMA layouts."""
+    import torch
+
+    from .launch import validate
+
+    spec = registry.get(kernel_id) if isinstance(kernel_id, str) else kernel_id
+    shape = validate(spec, q, k, v, causal, scale, device="cpu")
+    scale = 1.0 / math.sqrt(shape.D) if scale is None else float(scale)
+    lib = library_for(spec)
+    out = torch.full_like(q, float("nan"))
+    options = dict(seed=seed, races=races, banks=banks, time_limit=time_limit)
+    with _Buffers(lib) as buf:
+        if spec.runner is not None:  # chapter 4: GEMM, this kernel, GEMM
+            return _hybrid_cpu(spec, shape, lib, buf, q, k, v, causal, scale, out, options)
+        ptrs = [buf.put(t) for t in (q, k, v)] + [buf.put(nbytes=out.numel() * 2, fill=0xFF)]
+        cfg = spec.launch_config(shape)
+        report = lib.launch(spec.entry_for(shape.D), cfg["grid"], cfg["block"], cfg["dynamic_smem"],
+                            ptrs + [shape.L, shape.D, scale, int(bool(causal))], **options)
+        buf.get(ptrs[3], out)
+    return out, report
+
+
+def _hybrid_cpu(spec, shape, lib, buf, q, k, v, causal, scale, out, options):
+    """Chapter 4 on the CPU: the GEMMs in torch at cuBLAS's precisions on the GPU path (fp16 inputs,
+    fp32 accumulation, fp16 S and O), the row softmax on the executor."""
+    import torch
+
+    s = (q.float() @ k.float().transpose(-2, -1)).half().contiguous()
+    s_ptr = buf.put(s)
+    cfg = spec.launch_config(shape)
+    report = lib.launch(spec.entry, cfg["grid"], cfg["block"], cfg["dynamic_smem"],
+                        [s_ptr, shape.L, scale, int(bool(causal))], **options)
+    p = torch.empty_like(s)
+    buf.get(s_ptr, p)
+    out.copy_((p.float() @ v.float()).half())
+    return out, report
+
+
+def check_case_cpu(spec: KernelSpec, shape: Shape, causal: bool, seed: int, races: bool = True) -> CpuCase:
+    """One case of the CPU suite: the pass rule of attnlab.check against the fp64 reference, and
+    no finding. `seed` draws the inputs and the executor's schedule."""
+    from .reference import naive_fp16, reference_attention, sdpa
+
+    q, k, v = make_inputs(shape, seed, device="cpu", offset=INPUT_OFFSET)
+    ref = reference_attention(q, k, v, causal)
+    fp16_err = float((naive_fp16(q, k, v, causal).double() - ref).abs().max())
+    sdpa_err = float((sdpa(q, k, v, causal).double() - ref).abs().max())
+    out, report = attention_cpu(spec, q, k, v, causal, seed=seed, races=races)
+    verdict = judge(out, ref, fp16_err, ATOL_FLOOR)
+    findings = [f.line(spec.id) for f in report.findings]
+    reasons = [] if verdict.passed else [verdict.reason]
+    if not report.completed:
+        reasons.append("the launch did not complete")
+    if findings:
+        reasons.append(f"{len(findings)} finding(s)")
+    return CpuCase(spec.id, tuple(shape), causal, seed, verdict.passed and report.clean, verdict.max_err,
+                   verdict.tolerance, fp16_err, sdpa_err, findings, "; ".join(reasons))
+
+
+def run_suite_cpu(specs, shapes=None, seeds=(0,), progress: bool = True) -> list[CpuCase]:
+    """check_case_cpu over kernels x shapes (default: cpu_shapes) x causal x seeds."""
+    from tqdm.auto import tqdm
+
+    work = [(spec, shape, causal, seed) for spec in specs
+            for shape in (shapes if shapes is not None else cpu_shapes(spec)) if spec.supports_head_dim(shape.D)
+            for causal in ((False, True) if spec.causal else (False,)) for seed in seeds]
+    return [check_case_cpu(*case) for case in tqdm(work, desc="check --cpu", unit="case", disable=not progress)]
+
+
+def format_table_cpu(cases: list[CpuCase]) -> str:
+    """One line per kernel, shape and causal flag (seeds folded), then every finding once."""
+    rows: dict[tuple, list[CpuCase]] = {}
+    for c in cases:
+        rows.setdefault((c.kernel, c.shape, c.causal), []).append(c)
+    lines = [f"{'kernel':<22} {'shape':<20} {'causal':<6} {'pass':>5} {'max err':>9} {'tol':>9}  note"]
+    for (kernel, shape, causal), group in rows.items():
+        passed = sum(c.passed for c in group)
+        errs = [c.max_err for c in group]
+        err = float("nan") if any(e != e for e in errs) else max(errs)
+        note = next((c.reason for c in group if not c.passed), "")
+        lines.append(f"{kernel:<22} {str(shape):<20} {str(causal):<6} {passed}/{len(group):<3} {err:>9.2e} "
+                     f"{min(c.tolerance for c in group):>9.2e}  {note}")
+    findings = list(dict.fromkeys(f for c in cases for f in c.findings))
+    lines.append(f"{sum(c.passed for c in cases)}/{len(cases)} cases passed on the CPU executor "
+                 f"(CPU run: correctness and findings, no timing); {len(findings)} distinct finding(s)")
+    lines += findings
+    return "\n".join(lines)

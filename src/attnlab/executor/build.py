@@ -1,0 +1,209 @@
+"""Build a kernel's .cu file for the CPU executor: one shared library per source and configuration.
+
+The .cu file is compiled as C++ by the host compiler (g++), against the executor's headers
+(include/: <cuda_fp16.h>, <mma.h> and attn_cpu/prelude.h, pre-included) and linked with its
+runtime (runtime/*.cpp). The kernel's translation unit is compiled with -fsanitize=thread only for
+its instrumentation: every load and store calls __tsan_read<N>/__tsan_write<N>, which the runtime
+defines; ThreadSanitizer's own library is never linked.
+
+One rewrite happens on the way, in a copy of kernels/ (line numbers kept, and #line directives
+point diagnostics and debug information at the real files): a `__shared__` array declaration
+becomes a reference into the block's shared memory, which the runtime owns. C++ has no storage
+class that is "one per block of fibers", so `extern __shared__ T name[];` becomes
+`T* const name = ...dynamic_shared(...)` and `__shared__ T name[N];` becomes
+`T (&name)[N] = ...static_shared(...)`. Nothing else in the source changes.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from ..paths import cache_dir, kernels_dir
+
+HERE = Path(__file__).resolve().parent
+INCLUDE = HERE / "include"
+RUNTIME = HERE / "runtime"
+CXX_STANDARD = "-std=c++17"
+# -O1 keeps every access the source makes visible while still inlining the chapters' helpers;
+# -g gives findings their source lines (DWARF 4: binutils 2.40 misplaces files in GCC 12's DWARF 5 line tables
+# when a #line directive names another file).
+COMMON_FLAGS = (CXX_STANDARD, "-O1", "-gdwarf-4", "-fPIC", "-fno-omit-frame-pointer", "-Wno-unknown-pragmas")
+KERNEL_FLAGS = ("-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0",
+                "-include", "attn_cpu/prelude.h")
+RUNTIME_FLAGS = ("-O2", "-fvisibility=hidden")
+
+# `extern __shared__ [__align__(N)] TYPE NAME[];` and `__shared__ [__align__(N)] TYPE NAME[COUNT];`,
+# TYPE possibly several words ("unsigned char").
+_DYNAMIC = re.compile(r"extern[ \t]+__shared__[ \t]+(?:__align__\((\d+)\)[ \t]+)?([A-Za-z_][\w: \t]*?)[ \t]+(\w+)[ \t]*\[[ \t]*\][ \t]*;")
+_STATIC = re.compile(r"__shared__[ \t]+(?:__align__\((\d+)\)[ \t]+)?([A-Za-z_][\w: \t]*?)[ \t]+(\w+)[ \t]*\[([^\]\n]+)\][ \t]*;")
+
+
+class ExecutorUnavailable(RuntimeError):
+    """No C++ compiler (or one without what the executor needs) on this machine."""
+
+
+class ExecutorBuildError(RuntimeError):
+    """The host compiler rejected a kernel; the message carries its log."""
+
+
+def compiler() -> str:
+    """The host C++ compiler ($CXX, else g++), or ExecutorUnavailable saying what to install."""
+    name = os.environ.get("CXX", "g++")
+    path = shutil.which(name)
+    if path is None:
+        raise ExecutorUnavailable(f"the CPU executor needs a C++ compiler and {name!r} is not on PATH: "
+                                  "install g++ (Debian/Ubuntu: apt-get install g++) or set CXX")
+    return path
+
+
+@functools.lru_cache(maxsize=None)
+def compiler_version(cxx: str) -> str:
+    out = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=False)
+    return out.stdout.splitlines()[0] if out.stdout else cxx
+
+
+def rewrite_shared(text: str, file_id: int) -> str:
+    """The source with each __shared__ array declaration bound to the runtime's shared memory.
+    Line numbers are unchanged: every replacement stays on its line."""
+    def dynamic(m):
+        align, ctype, name = m.group(1) or "16", m.group(2), m.group(3)
+        return f"{ctype}* const {name} = static_cast<{ctype}*>(attn_cpu::dynamic_shared({align}));"
+
+    counter = iter(range(file_id * 1000, file_id * 1000 + 1000))
+
+    def static(m):
+        align, ctype, name, count = m.group(1), m.group(2), m.group(3), m.group(4)
+        align = align or f"alignof({ctype})"
+        return (f"{ctype} (&{name})[{count}] = *static_cast<{ctype} (*)[{count}]>("
+                f"attn_cpu::static_shared({next(counter)}, sizeof({ctype}[{count}]), {align}));")
+
+    return _STATIC.sub(static, _DYNAMIC.sub(dynamic, text))
+
+
+def _tree_digest(paths) -> str:
+    h = hashlib.sha256()
+    for p in sorted(paths):
+        h.update(str(p.name).encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def _kernel_files(src_dir: Path) -> list[Path]:
+    return sorted(p for p in src_dir.iterdir() if p.suffix in (".cu", ".cuh"))
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def _run(cmd: list[str], what: str) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise ExecutorBuildError(f"{what} failed ({' '.join(cmd[:3])} ...):\n{proc.stderr[-6000:]}")
+
+
+def runtime_objects(cxx: str) -> list[Path]:
+    """The runtime compiled once per compiler and runtime source (cached)."""
+    sources = sorted(RUNTIME.glob("*.cpp"))
+    headers = sorted(RUNTIME.glob("*.h")) + sorted(INCLUDE.rglob("*.h"))
+    key = hashlib.sha256((_tree_digest(sources + headers) + compiler_version(cxx) + " ".join(COMMON_FLAGS + RUNTIME_FLAGS))
+                         .encode()).hexdigest()[:16]
+    out_dir = cache_dir() / "cpu" / f"runtime-{key}"
+    objects = [out_dir / (s.stem + ".o") for s in sources]
+    for src, obj in zip(sources, objects):
+        if obj.exists():
+            continue
+        obj.parent.mkdir(parents=True, exist_ok=True)
+        tmp = obj.with_suffix(f".{os.getpid()}.tmp.o")
+        _run([cxx, *COMMON_FLAGS, *RUNTIME_FLAGS, "-I", str(INCLUDE), "-c", str(src), "-o", str(tmp)],
+             f"compiling the executor runtime ({src.name})")
+        os.replace(tmp, obj)
+    return objects
+
+
+def build_library(source: str, entries, defines=(), src_dir: Path | None = None) -> Path:
+    """The shared library that runs `entries` (extern "C" kernels) of `source` (a file under
+    `src_dir`, kernels/ by default) on the executor, built with `defines` ((name, value) pairs).
+    A `src_dir` other than kernels/ (test kernels) may include kernels/'s headers too.
+    Cached by the content of every file in `src_dir` and kernels/, the executor's own files, the
+    flags and the compiler."""
+    cxx = compiler()
+    src_dir = Path(src_dir or kernels_dir()).resolve()
+    files = _kernel_files(src_dir)
+    extra = [] if src_dir == kernels_dir().resolve() else ["-I", str(kernels_dir())]
+    if src_dir / source not in files:
+        raise ExecutorBuildError(f"{source} is not a .cu/.cuh file in {src_dir}")
+    entries = tuple(entries)
+    defines = tuple(sorted((str(n), int(v)) for n, v in defines))
+    objs = runtime_objects(cxx)
+    key_text = "\n".join([_tree_digest(files + _kernel_files(kernels_dir())), _tree_digest(sorted(INCLUDE.rglob("*.h"))),
+                          source, repr(entries),
+                          repr(defines), compiler_version(cxx), " ".join(COMMON_FLAGS + KERNEL_FLAGS),
+                          " ".join(str(o) for o in objs)])
+    key = hashlib.sha256(key_text.encode()).hexdigest()[:20]
+    lib = cache_dir() / "cpu" / "lib" / f"{Path(source).stem}-{key}.so"
+    if lib.exists():
+        return lib
+    with tempfile.TemporaryDirectory(prefix="attnlab-cpu-") as tmp:
+        work = Path(tmp)
+        copy = work / "kernels"
+        copy.mkdir()
+        for i, f in enumerate(files):
+            text = f.read_text()
+            (copy / f.name).write_text(f'#line 1 "{f}"\n' + rewrite_shared(text, i + 1))
+        wrapper = work / "unit.cpp"
+        wrapper.write_text('#include "attn_cpu/thunk.h"\n'
+                           f'#include "{copy / source}"\n'
+                           + "".join(f"ATTN_CPU_THUNK({e})\n" for e in entries))
+        obj = work / "unit.o"
+        _run([cxx, *COMMON_FLAGS, *KERNEL_FLAGS, "-I", str(INCLUDE), "-I", str(copy), *extra,
+              *[f"-D{n}={v}" for n, v in defines], "-c", str(wrapper), "-o", str(obj)],
+             f"compiling {source} for the CPU executor")
+        out = work / "kernel.so"
+        _run([cxx, "-shared", "-o", str(out), str(obj), *map(str, objs), "-Wl,-Bsymbolic", "-ldl"],
+             f"linking {source} for the CPU executor")
+        _atomic_write(lib, out.read_bytes())
+    return lib
+
+
+def source_lines(library: Path, offsets) -> dict[int, str]:
+    """offset -> "file:line" (inlined frames joined innermost first with " < ") for each code offset
+    in `library`, by addr2line; offsets it cannot place map to "?"."""
+    offsets = sorted({o for o in offsets if o})
+    if not offsets:
+        return {}
+    tool = shutil.which("addr2line")
+    if tool is None:
+        return {o: f"+0x{o:x}" for o in offsets}
+    proc = subprocess.run([tool, "-e", str(library), "-i", "-a", *[hex(o) for o in offsets]],
+                          capture_output=True, text=True, check=False)
+    result: dict[int, list[str]] = {}
+    current = None
+    for line in proc.stdout.splitlines():
+        if line.startswith("0x"):
+            current = int(line, 16)
+            result[current] = []
+        elif current is not None:
+            result[current].append(line.split(" (discriminator")[0].strip())
+    return {o: _frames_text(result.get(o, [])) for o in offsets}
+
+
+def _frames_text(frames: list[str]) -> str:
+    """The frames in kernel sources (the executor's own headers are plumbing), shortest paths."""
+    kept = []
+    for f in frames:
+        path, _, line = f.rpartition(":")
+        if not path or path.startswith((str(HERE), "??")) or Path(path).name == "unit.cpp":
+            continue
+        kept.append(f"{Path(path).name}:{line}")
+    return " < ".join(dict.fromkeys(kept)) or "?"

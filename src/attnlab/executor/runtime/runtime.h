@@ -1,0 +1,213 @@
+// The CPU executor's runtime: internal state shared by its parts.
+//
+//   launch.cpp   the C API Python calls, the grid loop, global buffers
+//   fiber.cpp    the threads of a block as fibers, the scheduler, deadlock reports
+//   memory.cpp   every load and store (the __tsan_* callbacks), shadow memory, race detection
+//   sync.cpp     __syncthreads, named barriers (bar.sync / bar.arrive), __syncwarp
+//   warp.cpp     warp-collective rendezvous, shuffles, ldmatrix, mma.sync m16n8k16
+//   wmma.cpp     nvcuda::wmma fragments with a seeded random element-to-lane mapping
+//   async.cpp    cp.async with commit and wait groups, and the other PTX helpers
+//   findings.cpp what a sanitizer would report, one line each, and the bank-conflict counters
+//
+// One OS thread runs one launch: the blocks one after another, the threads of a block as fibers
+// that switch only where a CUDA thread may wait (a barrier, a warp-collective operation, exit).
+// Between two such points a fiber runs alone, so the values a kernel computes depend on the order
+// the scheduler picks (seeded); whether two accesses race does not: the race check orders
+// accesses by happens-before (vector clocks), never by the schedule that happened to run.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include <string>
+#include <vector>
+
+#include "attn_cpu/prelude.h"
+
+namespace attn_cpu {
+
+constexpr int MAX_THREADS = 1024;
+constexpr int WARP = 32;
+constexpr int MAX_WARPS = MAX_THREADS / WARP;
+constexpr int NUM_BARRIERS = 16;
+constexpr size_t STACK_BYTES = 256 << 10;       // per fiber; kernels keep arrays of up to a few KB
+constexpr size_t SHARED_LIMIT = 232448;          // 227 KB: the most any sm_80..sm_90 block may ask for
+constexpr size_t STATIC_SHARED_LIMIT = 48 << 10; // static __shared__ is capped at 48 KB
+constexpr size_t SHARED_SLACK = 64 << 10;        // past the end: out of bounds, yet safe to touch
+constexpr unsigned SHARED_WINDOW = 0x10000000u;  // shared addresses (32-bit) start here
+constexpr size_t GLOBAL_GAP = 64 << 10;          // unowned bytes around every global buffer
+
+// Launch options (bit flags, from Python).
+enum : unsigned {
+    OPT_RACES = 1u << 0,    // happens-before race detection (vector clocks)
+    OPT_BANKS = 1u << 1,    // count bank conflicts of per-thread shared accesses and cp.async
+    OPT_PREEMPT = 1u << 2,  // after a warp-collective, sometimes switch to another warp
+};
+
+enum class Run : uint8_t { Ready, Blocked, Exited };
+enum class WaitOn : uint8_t { Nothing, Barrier, Collective };
+
+// Kinds of warp-collective operation; lanes meet at one of these.
+enum Coll : uint8_t { C_NONE, C_SYNCWARP, C_SHFL, C_LDSM, C_MMA, C_WMMA_LOAD, C_WMMA_STORE, C_WMMA_MMA };
+const char* coll_name(int kind);
+
+// One cp.async copy in flight: 16 bytes read at issue, written to shared memory at its wait.
+struct AsyncCopy {
+    unsigned dst;       // shared offset (from the arena base)
+    int group;          // commit-group number of the issuing thread
+    void* pc;
+    uint8_t data[16];
+};
+
+// One shared-memory access kept for bank-conflict counting (OPT_BANKS).
+struct LoggedAccess {
+    void* pc;
+    uint32_t offset;
+    uint8_t size;
+    uint8_t kind;  // 0 load/store, 1 cp.async
+};
+
+// Operands a lane brings to a warp-collective operation.
+struct CollArgs {
+    int kind = C_NONE;
+    unsigned mask = 0;
+    void* pc = nullptr;
+    // shuffle
+    unsigned value = 0, result = 0;
+    int lane_arg = 0, width = 32, mode = 0;
+    // ldmatrix
+    unsigned addr = 0;
+    bool trans = false;
+    unsigned* out4 = nullptr;
+    // mma.sync
+    float* d = nullptr;
+    const unsigned* a = nullptr;
+    unsigned b0 = 0, b1 = 0;
+    // wmma
+    int use = 0;
+    void* elements = nullptr;
+    const void* c_elements = nullptr;
+    const void* b_elements = nullptr;
+    int b_use = 0;
+    const void* ptr = nullptr;
+    unsigned ldm = 0;
+    bool col_major = false;
+};
+
+struct Thread {
+    Coordinates coords;  // what threadIdx reads
+    void* sp = nullptr;  // saved stack pointer while switched out
+    int tid = 0, warp = 0, lane = 0;
+    Run run = Run::Ready;
+    WaitOn wait = WaitOn::Nothing;
+    int wait_barrier = -1;
+    bool wait_is_sync = false;
+    void* wait_pc = nullptr;
+    uint32_t* vc = nullptr;  // vector clock, one entry per thread of the block
+    CollArgs coll;
+    std::vector<AsyncCopy> copies;
+    int next_group = 0;      // number of the group the next cp.async joins
+    std::vector<LoggedAccess> log;
+};
+
+struct Warp {
+    unsigned lanes = 0;      // lanes that exist (blockDim may end mid-warp)
+    unsigned exited = 0;
+    unsigned arrived = 0;    // lanes waiting at the pending collective
+    int kind = C_NONE;       // the pending collective
+    unsigned mask = 0;
+    void* pc = nullptr;
+};
+
+struct Barrier {
+    int expected = -1;       // thread count of the phase in progress (-1: none yet)
+    bool all_threads = false;
+    void* first_pc = nullptr;
+    unsigned lanes_arrived[MAX_WARPS];  // per warp, lanes at this barrier in this phase
+    bool warp_counted[MAX_WARPS];
+    int counted = 0;         // threads counted (32 per warp that has fully arrived)
+    std::vector<uint32_t> join;  // vector clock joined from every participant
+    std::vector<int> syncers;    // threads waiting in bar.sync
+};
+
+struct Finding {
+    std::string kind, message;
+    uint3 block{};
+    int warp = -1, lane = -1;
+    void* pc = nullptr;
+    void* pc2 = nullptr;
+    int other_warp = -1, other_lane = -1;
+    long count = 1;
+};
+
+struct BankCounter {
+    long requests = 0, wavefronts = 0, ideal = 0;
+};
+
+struct State {
+    // launch
+    unsigned options = 0;
+    uint64_t seed = 0;
+    uint64_t rng = 0;
+    dim3 grid{}, block{};
+    size_t dynamic_bytes = 0;
+    int nthreads = 0, nwarps = 0;
+    unsigned block_linear = 0;
+    bool aborted = false;
+    double deadline = 0;     // seconds (monotonic); 0: none
+    long long accesses = 0;
+    // threads
+    Thread* threads = nullptr;  // MAX_THREADS, allocated once
+    Thread* cur = nullptr;
+    void* scheduler_sp = nullptr;
+    uint8_t* stacks = nullptr;
+    Warp warps[MAX_WARPS];
+    int exited_threads = 0;
+    Barrier barriers[NUM_BARRIERS];
+    // shared memory
+    uint8_t* shared = nullptr;      // dynamic bytes, then static slots, then slack
+    size_t static_used = 0;
+    std::vector<std::pair<int, size_t>> static_slots;  // (declaration id, offset)
+    // findings and counters
+    std::vector<Finding> findings;
+    BankCounter banks[3];  // 0 ldmatrix, 1 cp.async, 2 ordinary loads and stores
+};
+extern State g;
+
+// fiber.cpp
+void run_block();
+void block_current(WaitOn why, void* pc);  // switch out until someone makes this thread Ready
+void make_ready(Thread& t);
+void abort_launch();
+uint64_t next_random();
+double now_seconds();
+
+// memory.cpp
+void shadow_reset_block();
+void shadow_reset_launch();
+// The runtime's own accesses on behalf of a thread (ldmatrix, WMMA, cp.async).
+void shared_read(Thread& t, unsigned offset, unsigned size, void* pc);
+void shared_write(Thread& t, unsigned offset, unsigned size, void* pc);
+bool shared_in_bounds(unsigned offset, unsigned size);
+// Any access the runtime makes for a thread (WMMA loads and stores): classified and checked as
+// the kernel's own accesses are.
+void checked_access(Thread& t, const void* p, unsigned size, bool write, void* pc);
+void async_issue_shadow(Thread& t, unsigned offset, void* pc);
+void async_land_shadow(Thread& t, unsigned offset, void* pc);
+void log_shared_access(Thread& t, uint32_t offset, unsigned size, int kind, void* pc);
+void flush_bank_log(int warp);
+unsigned wavefronts_for(const uint32_t* offsets, int n, unsigned size);
+
+// sync.cpp
+void vc_tick(Thread& t);
+void on_thread_exit(Thread& t);
+void barriers_reset();
+
+// findings.cpp
+void report(const char* kind, Thread* t, void* pc, const std::string& message, Thread* other = nullptr,
+            void* pc2 = nullptr);
+std::string thread_name(const Thread& t);
+std::string lanes_text(unsigned mask);
+
+}  // namespace attn_cpu
+
+#define ATTN_CALLER() __builtin_return_address(0)

@@ -1,0 +1,162 @@
+// Block barriers: __syncthreads (bar.sync 0 with every thread), and named barriers with a thread
+// count (bar.sync id, n and bar.arrive id, n), as PTX ISA 9.7.13.1 ("bar, barrier") specifies:
+//   - a barrier instruction makes its thread wait for the non-exited threads of its own warp, then
+//     marks the warp as arrived; each arrived warp counts 32 towards the barrier's thread count;
+//   - bar.sync then waits until the count is reached; bar.arrive goes on at once;
+//   - all threads using one barrier pass the same count, a multiple of the warp size;
+//   - when the barrier completes, the memory accesses each participant made before it are
+//     performed relative to all participants: here, every bar.sync-er's vector clock becomes the
+//     join of every participant's clock at its arrival (arrivers release, sync-ers acquire).
+// Findings: a count that is not a multiple of 32 or differs between threads, more threads than
+// the count, and a __syncthreads reached after threads of the block exited (CUDA requires every
+// thread to reach it; the hardware lets exited threads off, so the block goes on).
+#include <algorithm>
+
+#include "runtime.h"
+
+namespace attn_cpu {
+
+void flush_bank_log(int warp);
+void collective_lane_exited(int warp, int lane);
+
+void vc_tick(Thread& t) {
+    if (g.options & OPT_RACES) ++t.vc[t.tid];
+}
+
+static void join_into(std::vector<uint32_t>& acc, const uint32_t* vc) {
+    for (int i = 0; i < g.nthreads; ++i) acc[i] = std::max(acc[i], vc[i]);
+}
+
+static void reset_phase(Barrier& b) {
+    b.expected = -1;
+    b.all_threads = false;
+    b.first_pc = nullptr;
+    b.counted = 0;
+    for (int w = 0; w < g.nwarps; ++w) {
+        b.lanes_arrived[w] = 0;
+        b.warp_counted[w] = false;
+    }
+    b.syncers.clear();
+    if (g.options & OPT_RACES) std::fill(b.join.begin(), b.join.begin() + g.nthreads, 0u);
+}
+
+void barriers_reset() {
+    for (Barrier& b : g.barriers) {
+        if ((int)b.join.size() < MAX_THREADS) b.join.assign(MAX_THREADS, 0u);
+        reset_phase(b);
+    }
+}
+
+static int live_warps() {
+    int n = 0;
+    for (int w = 0; w < g.nwarps; ++w)
+        if ((g.warps[w].lanes & ~g.warps[w].exited) != 0) ++n;
+    return n;
+}
+
+static void complete_if_reached(int id) {
+    Barrier& b = g.barriers[id];
+    if (b.expected < 0 && !b.all_threads) return;
+    const int expected = b.all_threads ? WARP * live_warps() : b.expected;
+    if (b.counted < expected) return;
+    if (b.counted > expected) {
+        char buf[160];
+        snprintf(buf, sizeof buf, "barrier %d expects %d threads but %d arrived in one phase", id, expected, b.counted);
+        report("barrier count mismatch", g.cur, b.first_pc, buf);
+    }
+    for (int tid : b.syncers) {
+        Thread& t = g.threads[tid];
+        if (g.options & OPT_RACES) {
+            for (int i = 0; i < g.nthreads; ++i) t.vc[i] = std::max(t.vc[i], b.join[i]);
+            vc_tick(t);
+        }
+        make_ready(t);
+    }
+    reset_phase(b);
+}
+
+// Marks warp w as arrived once all its non-exited lanes are at barrier `id`; releases its bar.arrive-ers.
+static void count_warp_if_complete(int id, int w) {
+    Barrier& b = g.barriers[id];
+    const Warp& wp = g.warps[w];
+    const unsigned live = wp.lanes & ~wp.exited;
+    if (b.warp_counted[w] || !b.lanes_arrived[w] || (b.lanes_arrived[w] & live) != live) return;
+    b.warp_counted[w] = true;
+    b.counted += WARP;
+    for (int l = 0; l < WARP; ++l) {
+        if (!(b.lanes_arrived[w] & (1u << l))) continue;
+        Thread& t = g.threads[w * WARP + l];
+        if (t.run == Run::Blocked && t.wait == WaitOn::Barrier && t.wait_barrier == id && !t.wait_is_sync) {
+            vc_tick(t);
+            make_ready(t);
+        }
+    }
+    complete_if_reached(id);
+}
+
+static void arrive(int id, int count, bool sync, void* pc) {
+    Thread& t = *g.cur;
+    if (id < 0 || id >= NUM_BARRIERS) {
+        char buf[80];
+        snprintf(buf, sizeof buf, "barrier id %d is outside 0..15", id);
+        report("barrier count mismatch", &t, pc, buf);
+        abort_launch();
+    }
+    Barrier& b = g.barriers[id];
+    const bool all = count < 0;
+    if (!all && (count <= 0 || count % WARP != 0)) {
+        char buf[120];
+        snprintf(buf, sizeof buf, "barrier %d: thread count %d is not a positive multiple of 32", id, count);
+        report("barrier count mismatch", &t, pc, buf);
+    }
+    if (b.expected < 0 && !b.all_threads) {
+        b.expected = all ? -1 : count;
+        b.all_threads = all;
+        b.first_pc = pc;
+    } else if (b.all_threads != all || (!all && b.expected != count)) {
+        char buf[160];
+        snprintf(buf, sizeof buf, "barrier %d: this thread passes %s, another thread of the phase passed %s", id,
+                 all ? "no count (all threads)" : std::to_string(count).c_str(),
+                 b.all_threads ? "no count (all threads)" : std::to_string(b.expected).c_str());
+        report("barrier count mismatch", &t, pc, buf);
+    }
+    if (all && g.exited_threads > 0) {
+        char buf[120];
+        snprintf(buf, sizeof buf, "__syncthreads (bar.sync %d) reached after %d thread(s) of the block exited", id,
+                 g.exited_threads);
+        report("barrier after exit", &t, pc, buf);
+    }
+    if (g.options & OPT_RACES) join_into(b.join, t.vc);
+    t.run = Run::Blocked;
+    t.wait = WaitOn::Barrier;
+    t.wait_barrier = id;
+    t.wait_is_sync = sync;
+    t.wait_pc = pc;
+    b.lanes_arrived[t.warp] |= 1u << t.lane;
+    if (sync) b.syncers.push_back(t.tid);
+    if (g.options & OPT_BANKS) flush_bank_log(t.warp);
+    count_warp_if_complete(id, t.warp);
+    if (t.run == Run::Blocked) block_current(WaitOn::Barrier, pc);
+}
+
+void on_thread_exit(Thread& t) {
+    ++g.exited_threads;
+    g.warps[t.warp].exited |= 1u << t.lane;
+    for (int id = 0; id < NUM_BARRIERS; ++id) {
+        Barrier& b = g.barriers[id];
+        if (b.expected < 0 && !b.all_threads) continue;
+        if (b.all_threads)
+            report("barrier after exit", &t, b.first_pc,
+                   "a thread exited while others of its block wait at __syncthreads (bar.sync " + std::to_string(id) + ")");
+        count_warp_if_complete(id, t.warp);
+        complete_if_reached(id);
+    }
+    collective_lane_exited(t.warp, t.lane);
+    if (g.options & OPT_BANKS) flush_bank_log(t.warp);
+}
+
+void syncthreads() { arrive(0, -1, true, ATTN_CALLER()); }
+void bar_sync(int id, int count) { arrive(id, count, true, ATTN_CALLER()); }
+void bar_arrive(int id, int count) { arrive(id, count, false, ATTN_CALLER()); }
+
+}  // namespace attn_cpu
