@@ -1,6 +1,7 @@
 // The CPU executor's <cuda_fp16.h>: IEEE binary16 storage and the conversions the kernels use,
 // bit-exact with the GPU's (round to nearest even; subnormals, infinities and NaN kept).
 #pragma once
+#include "attn_cpu/prelude.h"  // the vector types (float2); it includes this header at its end
 #include <stdint.h>
 #include <string.h>
 
@@ -65,5 +66,4 @@ inline float __low2float(__half2 h) { return __half2float(h.x); }
 inline float __high2float(__half2 h) { return __half2float(h.y); }
 inline __half __ushort_as_half(unsigned short u) { return __half{u}; }
 inline unsigned short __half_as_ushort(__half h) { return h.__x; }
-// float2 comes from attn_cpu/prelude.h, which includes this header after defining it.
 inline float2 __half22float2(__half2 h) { return float2{__half2float(h.x), __half2float(h.y)}; }
