@@ -89,32 +89,29 @@ void store_global_16(void* dst, uint4 v);
 inline void __syncthreads() { attn_cpu::syncthreads(); }
 inline void __syncwarp(unsigned mask = 0xffffffffu) { attn_cpu::syncwarp(mask); }
 
+namespace attn_cpu {
+// A 32-bit value of any type through shfl.sync (mode 0 bfly, 1 idx, 2 down, 3 up).
 template <class T>
-inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+inline T shuffle_value(unsigned mask, T v, int lane_arg, int width, int mode) {
     static_assert(sizeof(T) == 4, "the executor shuffles 32-bit values");
     unsigned bits;
     memcpy(&bits, &v, 4);
-    bits = attn_cpu::shfl(mask, bits, lane_mask, width, 0);
+    bits = shfl(mask, bits, lane_arg, width, mode);
     memcpy(&v, &bits, 4);
     return v;
+}
+}  // namespace attn_cpu
+template <class T>
+inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+    return attn_cpu::shuffle_value(mask, v, lane_mask, width, 0);
 }
 template <class T>
 inline T __shfl_sync(unsigned mask, T v, int src_lane, int width = 32) {
-    static_assert(sizeof(T) == 4, "the executor shuffles 32-bit values");
-    unsigned bits;
-    memcpy(&bits, &v, 4);
-    bits = attn_cpu::shfl(mask, bits, src_lane, width, 1);
-    memcpy(&v, &bits, 4);
-    return v;
+    return attn_cpu::shuffle_value(mask, v, src_lane, width, 1);
 }
 template <class T>
 inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
-    static_assert(sizeof(T) == 4, "the executor shuffles 32-bit values");
-    unsigned bits;
-    memcpy(&bits, &v, 4);
-    bits = attn_cpu::shfl(mask, bits, (int)delta, width, 2);
-    memcpy(&v, &bits, 4);
-    return v;
+    return attn_cpu::shuffle_value(mask, v, (int)delta, width, 2);
 }
 
 inline size_t __cvta_generic_to_shared(const void* p) { return attn_cpu::shared_address(p); }
