@@ -67,7 +67,6 @@ static void* initial_stack(uint8_t* stack_top) {
 }
 #endif
 
-static void fiber_entry();
 static void (*g_thunk)(void**) = nullptr;
 static void** g_args = nullptr;
 

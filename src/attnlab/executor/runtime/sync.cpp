@@ -16,7 +16,6 @@
 
 namespace attn_cpu {
 
-void flush_bank_log(int warp);
 void collective_lane_exited(int warp, int lane);
 
 void vc_tick(Thread& t) {

@@ -91,7 +91,6 @@ static void perform_shfl(Warp& w, unsigned lanes, int base) {
 // (row 2(l%4), column l/4) and (row 2(l%4)+1, column l/4). The lower index goes to the low half.
 static void perform_ldmatrix(Warp& w, unsigned lanes, int base) {
     uint16_t m[4][8][8];
-    bool bad = false;
     for (int mat = 0; mat < 4; ++mat) {
         uint32_t offsets[8];
         for (int r = 0; r < 8; ++r) {
@@ -102,7 +101,6 @@ static void perform_ldmatrix(Warp& w, unsigned lanes, int base) {
                 report(src.coll.addr & 15u ? "misaligned access" : "shared out of bounds", &src, src.coll.pc,
                        "ldmatrix row address " + std::to_string((long long)src.coll.addr - SHARED_WINDOW) +
                            (src.coll.addr & 15u ? " is not 16-byte aligned" : " is outside the block's shared memory"));
-                bad = true;
                 memset(m[mat][r], 0xff, 16);
                 continue;
             }
@@ -114,7 +112,6 @@ static void perform_ldmatrix(Warp& w, unsigned lanes, int base) {
         bc.wavefronts += wavefronts_for(offsets, 8, 16);
         bc.ideal += 1;
     }
-    (void)bad;
     (void)w;
     for (int l = 0; l < WARP; ++l) {
         if (!(lanes & (1u << l))) continue;
