@@ -58,10 +58,11 @@ def _entries(spec: KernelSpec) -> list[str]:
     return sorted(set(spec.entries_by_head_dim.values())) if spec.entries_by_head_dim else [spec.entry]
 
 
-def library_for(spec: KernelSpec):
-    """The kernel's executor library (built on first use, cached on disk)."""
+def library_for(spec: KernelSpec, src_dir=None):
+    """The kernel's executor library (built on first use, cached on disk), from kernels/ or from
+    `src_dir`, a copy of it (the mutation check's scratch copies)."""
     from .executor import load
-    return load(spec.source, _entries(spec), spec.defines)
+    return load(spec.source, _entries(spec), spec.defines, src_dir)
 
 
 class _Buffers:
@@ -91,12 +92,14 @@ class _Buffers:
 
 
 def attention_cpu(kernel_id: str | KernelSpec, q, k, v, causal: bool = False, scale: float | None = None, *,
-                  seed: int = 0, races: bool = True, banks: bool = False, time_limit: float = 300.0):
+                  seed: int = 0, races: bool = True, banks: bool = False, time_limit: float = 300.0,
+                  src_dir=None):
     """softmax(q k^T * scale [+ causal mask]) v by a registered kernel on the CPU executor.
 
     q, k, v: contiguous fp16 CPU tensors [B, H, L, D]. Returns (out, report): the output (NaN
     where the kernel wrote nothing) and the executor's LaunchReport (findings, bank counts).
-    `seed` picks the order the executor runs warps and lanes in, and its WMMA layouts."""
+    `seed` picks the order the executor runs warps and lanes in, and its WMMA layouts; `src_dir`
+    builds the kernel from a copy of kernels/ instead."""
     import torch
 
     from .launch import validate
@@ -104,7 +107,7 @@ def attention_cpu(kernel_id: str | KernelSpec, q, k, v, causal: bool = False, sc
     spec = registry.get(kernel_id) if isinstance(kernel_id, str) else kernel_id
     shape = validate(spec, q, k, v, causal, scale, device="cpu")
     scale = 1.0 / math.sqrt(shape.D) if scale is None else float(scale)
-    lib = library_for(spec)
+    lib = library_for(spec, src_dir)
     out = torch.full_like(q, float("nan"))
     options = dict(seed=seed, races=races, banks=banks, time_limit=time_limit)
     with _Buffers(lib) as buf:
@@ -134,24 +137,39 @@ def _hybrid_cpu(spec, shape, lib, buf, q, k, v, causal, scale, out, options):
     return out, report
 
 
-def check_case_cpu(spec: KernelSpec, shape: Shape, causal: bool, seed: int, races: bool = True) -> CpuCase:
-    """One case of the CPU suite: the pass rule of attnlab.check against the fp64 reference, and
-    no finding. `seed` draws the inputs and the executor's schedule."""
+def bank_claims_broken(spec: KernelSpec, report) -> list[str]:
+    """The kinds of shared access the registry says are conflict-free (spec.conflict_free) that
+    took more wavefronts than ideal in this launch, one line each."""
+    broken = []
+    for kind in spec.conflict_free:
+        counts = report.banks.get(kind)
+        if counts is not None and counts.wavefronts > counts.ideal:
+            broken.append(f"{kind} bank conflicts: {counts.wavefronts} wavefronts for {counts.ideal} ideal "
+                          f"({counts.conflict_ratio:.2f}x), where the kernel promises none")
+    return broken
+
+
+def check_case_cpu(spec: KernelSpec, shape: Shape, causal: bool, seed: int, races: bool = True,
+                   src_dir=None, time_limit: float = 300.0) -> CpuCase:
+    """One case of the CPU suite: the pass rule of attnlab.check against the fp64 reference, no
+    finding, and no bank conflict where the kernel promises none. `seed` draws the inputs and the
+    executor's schedule."""
     from .reference import naive_fp16, reference_attention, sdpa
 
     q, k, v = make_inputs(shape, seed, device="cpu", offset=INPUT_OFFSET)
     ref = reference_attention(q, k, v, causal)
     fp16_err = float((naive_fp16(q, k, v, causal).double() - ref).abs().max())
     sdpa_err = float((sdpa(q, k, v, causal).double() - ref).abs().max())
-    out, report = attention_cpu(spec, q, k, v, causal, seed=seed, races=races)
+    out, report = attention_cpu(spec, q, k, v, causal, seed=seed, races=races, banks=bool(spec.conflict_free),
+                                src_dir=src_dir, time_limit=time_limit)
     verdict = judge(out, ref, fp16_err, ATOL_FLOOR)
-    findings = [f.line(spec.id) for f in report.findings]
+    findings = [f.line(spec.id) for f in report.findings] + [f"{spec.id}: {b}" for b in bank_claims_broken(spec, report)]
     reasons = [] if verdict.passed else [verdict.reason]
     if not report.completed:
         reasons.append("the launch did not complete")
     if findings:
         reasons.append(f"{len(findings)} finding(s)")
-    return CpuCase(spec.id, tuple(shape), causal, seed, verdict.passed and report.clean, verdict.max_err,
+    return CpuCase(spec.id, tuple(shape), causal, seed, verdict.passed and report.completed and not findings, verdict.max_err,
                    verdict.tolerance, fp16_err, sdpa_err, findings, "; ".join(reasons))
 
 

@@ -92,6 +92,9 @@ class KernelSpec:
     # with: sorted (define, value) pairs, empty for the chapter's own constants.
     tuning: Tuning | None = field(default=None, hash=False, compare=False)
     defines: tuple[tuple[str, int], ...] = ()
+    # Kinds of shared-memory access ("ldmatrix", "cp.async", "ld/st") the chapter says never
+    # conflict on banks; the CPU executor counts them and the CPU suite holds the kernel to it.
+    conflict_free: tuple[str, ...] = ()
 
     @property
     def path(self):
@@ -216,6 +219,7 @@ register(KernelSpec(
     entry="attn_fwd_01_scalar",
     block=lambda s: (_SCALAR_THREADS, 1, 1),
     grid=lambda s: (_cdiv(s.L, _SCALAR_THREADS), s.B * s.H, 1),
+    conflict_free=("ld/st",),  # the column-major query tile
     summary="one thread per query row, fp32 online softmax on CUDA cores",
 ))
 
@@ -228,6 +232,7 @@ register(KernelSpec(
     block=lambda s: (_TILING_ROWS, 1, 1),
     grid=lambda s: (_cdiv(s.L, _TILING_ROWS), s.B * s.H, 1),
     dynamic_smem=lambda s: _tiling_smem(s.D),
+    conflict_free=("ld/st",),  # the padded, transposed Q tile and broadcast K/V reads
     summary="Q and K/V tiles in shared memory shared by a block's 128 rows; online softmax across tiles",
 ))
 
@@ -426,6 +431,8 @@ for _kid, _suffix, _stages, _title, _summary in (
         summary=_summary,
         # Chapter 8 searches the kernel's knobs; the ablations keep the chapter's constants.
         tuning=_MMA07_TUNING if _kid == "07_mma" else None,
+        # The swizzle's promise; the unswizzled ablation exists to break it.
+        conflict_free=() if _kid == "07_mma_noswizzle" else ("ldmatrix", "cp.async", "ld/st"),
     ))
 
 
