@@ -87,6 +87,23 @@ def cmd_check_cpu(args) -> int:
     return 0 if all(c.passed for c in cases) else 1
 
 
+def cmd_mutate(args) -> int:
+    """mutate: every listed plausible mistake, applied to a scratch copy of kernels/, must fail the
+    CPU suite (no GPU needed)."""
+    from . import mutation
+    from .executor import ExecutorUnavailable, compiler
+
+    try:
+        compiler()
+        chosen = [mutation.get(m) for m in args.mutants] if args.mutants else list(mutation.MUTANTS)
+    except (ExecutorUnavailable, KeyError) as exc:
+        print(f"attnlab mutate: {exc.args[0]}", file=sys.stderr)
+        return 2
+    outcomes = mutation.run_all(chosen, jobs=args.jobs)
+    print(mutation.format_table(outcomes))
+    return 0 if all(o.ok for o in outcomes) else 1
+
+
 def cmd_check(args) -> int:
     if getattr(args, "cpu", False):
         return cmd_check_cpu(args)
@@ -313,6 +330,11 @@ def main(argv=None) -> int:
                             help="run the kernels on the CPU executor (no GPU needed): the pass rule at small "
                                  "shapes, and races, out-of-bounds and other findings; never a timing")
         sp.set_defaults(fn=fn)
+    sp = sub.add_parser("mutate", help="plant each listed mistake in a scratch copy of the kernels and show the "
+                                       "CPU suite catches it (no GPU needed); exit 1 on a survivor")
+    sp.add_argument("mutants", nargs="*", metavar="MUTANT", help="ids from attnlab/mutants.py (default: all)")
+    sp.add_argument("--jobs", type=int, default=None, help="mutants run at once (default: up to 4)")
+    sp.set_defaults(fn=cmd_mutate)
     sp = sub.add_parser("sanitize", help="compute-sanitizer on each kernel at small shapes (GPU); writes a record")
     sp.add_argument("kernels", nargs="*", metavar="KERNEL")
     sp.add_argument("--tool", nargs="+", default=["memcheck", "racecheck", "synccheck"],
