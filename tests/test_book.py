@@ -42,7 +42,7 @@ def chapter_pages() -> dict[int, Path]:
 
 def test_toc_lists_every_notebook_in_reading_order():
     files = run_book.toc_files()
-    assert files[:4] == ["book/intro", "book/running", "book/environment", "book/ch01_scalar"]
+    assert files[:5] == ["book/intro", "book/running", "book/environment", "book/cpu_executor", "book/ch01_scalar"]
     on_disk = {f"book/{p.stem}" for p in (ROOT / "book").glob("*.ipynb")}
     assert on_disk <= set(files), f"notebooks outside _toc.yml: {sorted(on_disk - set(files))}"
     numbers = list(chapter_pages())
@@ -191,7 +191,12 @@ def _check_record(kernel="01_scalar", sha=None, created="2026-01-02T00:00:00Z"):
 
 def test_without_records_the_steps_say_so(results, no_gpu, capsys):
     book = no_gpu
-    assert book.check("01_scalar") is None
+    cpu_cases = book.check("01_scalar")  # no GPU: the same .cu on the CPU executor, no record to add
+    out = capsys.readouterr().out
+    assert cpu_cases and all(c.passed and c.kernel == "01_scalar" for c in cpu_cases)
+    assert {c.shape for c in cpu_cases} == {tuple(s) for s in book.BOOK_CPU_SHAPES}
+    assert "kernels/01_scalar.cu, run on attnlab's CPU executor" in out and "never a timing" in out
+    assert "GPU check record" not in out
     assert book.bench(["01_scalar"]) is None
     assert "No fresh measurement of 01_scalar" in book.measured_sentence(None, "01_scalar")
     assert book.case_time(None, "01_scalar") is None
@@ -213,7 +218,8 @@ def test_fresh_records_are_shown_labelled(results, no_gpu, capsys):
     assert shown and all(r.passed for r in shown)
     out = capsys.readouterr().out
     assert "Committed bench record:\n  TEST GPU" in out and "2026-01-01" in out
-    assert "Committed check record:\n  TEST GPU" in out and "2/2 cases passed" in out
+    assert "run on attnlab's CPU executor" in out  # the CPU run first, then the GPU's record
+    assert "Committed GPU check record:\n  TEST GPU" in out and "2/2 cases passed" in out
     sentence = book.measured_sentence(rec, "01_scalar")
     assert "100.0 µs" in sentence and "flash" in sentence and "floor" in sentence
     assert book.case_time(rec, "01_scalar", MISSION, True) == 100.0
@@ -223,7 +229,7 @@ def test_fresh_records_are_shown_labelled(results, no_gpu, capsys):
     assert len(fig.axes[0].collections) == len(book.roofline_points(rec))
 
 
-def test_stale_records_are_not_shown(results, no_gpu):
+def test_stale_records_are_not_shown(results, no_gpu, capsys):
     from synthetic import synthetic_record
 
     from attnlab.results import write_record
@@ -232,7 +238,8 @@ def test_stale_records_are_not_shown(results, no_gpu):
     write_record(synthetic_record(sha="0" * 64), results)
     write_record(_check_record(sha="0" * 64), results)
     assert book.fresh_records("bench", "01_scalar") == []
-    assert book.bench(["01_scalar"]) is None and book.check("01_scalar") is None
+    assert book.bench(["01_scalar"]) is None
+    assert book.check("01_scalar") and "GPU check record" not in capsys.readouterr().out
     assert "older kernels/01_scalar.cu" in book._stale_note("bench", "01_scalar")
     assert "fresh kernels: none" in book.recorded_gpus()[0]
 

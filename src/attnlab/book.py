@@ -171,8 +171,8 @@ def inspect(kernel_id: str, arches=None) -> list:
 
 def check(kernel_id: str, quick: bool = True, save: bool = False):
     """On a GPU: run the correctness suite now, print it, assert it passed (and write a record if
-    `save`). Without one: print the freshest committed check record, or say that none exists.
-    Returns the case results shown, or None."""
+    `save`). Without one: run the same .cu on the CPU executor at small shapes (check_cpu), then
+    print the freshest committed GPU check record if there is one. Returns the cases run."""
     from .check import CHECK_SEEDS, CaseResult, format_table, run_suite
     from .results import new_record, write_record
 
@@ -189,17 +189,57 @@ def check(kernel_id: str, quick: bool = True, save: bool = False):
         failed = [r for r in results if not r.passed]
         assert not failed, f"{len(failed)} cases failed"
         return results
+    cpu_cases = check_cpu(kernel_id)
     recs = fresh_records("check", kernel_id)
-    if not recs:
-        notice(f"**No fresh check record.** {_stale_note('check', kernel_id)} Without a GPU there is "
-               f"no result to show: `python -m attnlab check {kernel_id}` on a GPU writes one.")
+    if recs:
+        rec = recs[0]
+        results = [CaseResult(**{**c, "shape": tuple(c["shape"])}) for c in rec["cases"] if c["kernel"] == kernel_id]
+        assert results, f"record {record_label(rec)} lists {kernel_id} but has no case for it"
+        print(f"\nCommitted GPU check record:\n  {record_label(rec)}")
+        print(format_table(results))
+    return cpu_cases
+
+
+# The pages' CPU runs: one length past two tiles of every chapter's sizes, one that is no multiple
+# of 8 at the other head dim. The full CPU grid is the test suite's (tests/test_executor_kernels.py).
+BOOK_CPU_SHAPES = (Shape(1, 2, 129, 64), Shape(1, 2, 65, 128))
+
+
+def check_cpu(kernel_id: str, shapes=BOOK_CPU_SHAPES, seed: int = 0):
+    """The kernel's .cu on the CPU executor: the GPU check's pass rule against the fp64 reference,
+    causal and not, and what a sanitizer would report. Prints the table and asserts it passed;
+    without a C++ compiler, says what to install and returns None."""
+    from .cpu import format_table_cpu, run_suite_cpu
+    from .executor import ExecutorUnavailable
+
+    spec = registry.get(kernel_id)
+    shapes = [s for s in shapes if spec.supports_head_dim(s.D)]
+    try:
+        cases = run_suite_cpu([spec], shapes=shapes, seeds=(seed,), progress=False)
+    except ExecutorUnavailable as exc:
+        notice(f"**No CUDA GPU and no CPU run.** {exc}.")
         return None
-    rec = recs[0]
-    results = [CaseResult(**{**c, "shape": tuple(c["shape"])}) for c in rec["cases"] if c["kernel"] == kernel_id]
-    assert results, f"record {record_label(rec)} lists {kernel_id} but has no case for it"
-    print(f"No CUDA GPU here. Committed check record:\n  {record_label(rec)}")
-    print(format_table(results))
-    return results
+    print(f"No CUDA GPU here. The same kernels/{spec.source}, run on attnlab's CPU executor "
+          "(a correctness check; never a timing):")
+    print(format_table_cpu(cases))
+    failed = [c for c in cases if not c.passed]
+    assert not failed, f"{len(failed)} CPU cases of {kernel_id} failed"
+    return cases
+
+
+def bank_counts_cpu(kernel_ids: list[str], shape: Shape, causal: bool = False) -> dict[str, dict]:
+    """Shared-memory bank counts of each kernel over one launch on the CPU executor:
+    kernel -> kind ("ldmatrix", "cp.async", "ld/st") -> BankCounts (requests, wavefronts, ideal)."""
+    from .check import make_inputs
+    from .cpu import attention_cpu
+
+    q, k, v = make_inputs(shape, 0, device="cpu")
+    counts = {}
+    for kid in kernel_ids:
+        _, report = attention_cpu(kid, q, k, v, causal, banks=True)
+        assert report.clean, [f.line(kid) for f in report.findings]
+        counts[kid] = report.banks
+    return counts
 
 
 def bench_shapes(quick: bool) -> list[Shape]:
@@ -667,19 +707,21 @@ def kernel_constant(source: str, name: str) -> int:
     return int(found.group(1))
 
 
-def source_diff(old: str, new: str, context: int = 3) -> str:
-    """Show the unified diff from kernels/`old` to kernels/`new` in the page as a highlighted block
-    and return its text. The file names are relative to the repository, so the output is the same
-    on every machine."""
+def source_diff(old: str, new: str, context: int = 3, new_dir=None, new_label: str | None = None) -> str:
+    """Show the unified diff from kernels/`old` to kernels/`new` (or to `new` in `new_dir`, a
+    scratch copy, named `new_label`) in the page as a highlighted block and return its text. The
+    file names are relative to the repository, so the output is the same on every machine."""
     import difflib
+    from pathlib import Path
 
     from IPython.display import Markdown, display
 
     from .paths import kernels_dir
 
     a = (kernels_dir() / old).read_text().splitlines(keepends=True)
-    b = (kernels_dir() / new).read_text().splitlines(keepends=True)
-    text = "".join(difflib.unified_diff(a, b, f"kernels/{old}", f"kernels/{new}", n=context))
+    b = (Path(new_dir or kernels_dir()) / new).read_text().splitlines(keepends=True)
+    label = new_label or f"kernels/{new}"
+    text = "".join(difflib.unified_diff(a, b, f"kernels/{old}", label, n=context))
     display(Markdown(f"````diff\n{text}````"))
     return text
 

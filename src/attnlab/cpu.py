@@ -175,12 +175,14 @@ def check_case_cpu(spec: KernelSpec, shape: Shape, causal: bool, seed: int, race
 
 def run_suite_cpu(specs, shapes=None, seeds=(0,), progress: bool = True) -> list[CpuCase]:
     """check_case_cpu over kernels x shapes (default: cpu_shapes) x causal x seeds."""
-    from tqdm.auto import tqdm
-
     work = [(spec, shape, causal, seed) for spec in specs
             for shape in (shapes if shapes is not None else cpu_shapes(spec)) if spec.supports_head_dim(shape.D)
             for causal in ((False, True) if spec.causal else (False,)) for seed in seeds]
-    return [check_case_cpu(*case) for case in tqdm(work, desc="check --cpu", unit="case", disable=not progress)]
+    if progress:  # (tqdm.auto warns on stderr in a notebook without ipywidgets: the pages pass False)
+        from tqdm.auto import tqdm
+
+        work = tqdm(work, desc="check --cpu", unit="case")
+    return [check_case_cpu(*case) for case in work]
 
 
 def format_table_cpu(cases: list[CpuCase]) -> str:
