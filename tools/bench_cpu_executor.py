@@ -14,7 +14,6 @@ import datetime
 import os
 import platform
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from attnlab import registry  # noqa: E402
 from attnlab.check import make_inputs  # noqa: E402
 from attnlab.cpu import attention_cpu, library_for  # noqa: E402
+from attnlab.env import git_commit  # noqa: E402
 from attnlab.shapes import Shape  # noqa: E402
 
 SHAPES = (Shape(1, 2, 129, 64), Shape(1, 8, 512, 64))
@@ -42,9 +42,10 @@ def cpu_name() -> str:
 
 
 def commit() -> str:
-    # --dirty: a table measured with uncommitted changes says so
-    out = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True, text=True)
-    return out.stdout.strip() or "?"
+    """The commit measured, as records name it (uncommitted changes to kernels/ or src/ said)."""
+    git = git_commit()
+    head = (git["commit"] or "?")[:7]
+    return head + (" with uncommitted changes" if git["dirty"] else "")
 
 
 def time_launch(spec, shape: Shape, causal: bool, races: bool) -> tuple[float, bool]:

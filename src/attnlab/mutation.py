@@ -26,6 +26,7 @@ from . import registry
 from .cpu import CPU_SCHEDULE_SEEDS, cpu_shapes
 from .mutants import MUTANTS, Mutant
 from .paths import kernels_dir
+from .sources import source_files
 
 # Per mutant, all its cases together (a survivor runs them all; a hang is bounded per launch too).
 MUTANT_TIMEOUT_S = 600
@@ -74,23 +75,9 @@ def problems(mutant: Mutant, src_dir: Path | None = None) -> list[str]:
         except KeyError:
             out.append(f"{mutant.id}: no registered kernel {kid!r}")
             continue
-        if mutant.file not in (spec.source,) + tuple(spec.extra_sources) and not _includes(src_dir, spec.source, mutant.file):
+        if mutant.file not in {f.name for f in source_files(spec)}:
             out.append(f"{mutant.id}: {kid} does not use {mutant.file}")
     return out
-
-
-def _includes(src_dir: Path, source: str, header: str, seen=None) -> bool:
-    """Whether `source` includes `header`, directly or through other files of kernels/."""
-    seen = seen if seen is not None else set()
-    if source in seen or not (src_dir / source).is_file():
-        return False
-    seen.add(source)
-    for line in (src_dir / source).read_text().splitlines():
-        if line.startswith("#include \""):
-            name = line.split('"')[1]
-            if name == header or _includes(src_dir, name, header, seen):
-                return True
-    return False
 
 
 def apply(mutant: Mutant, dest: Path) -> Path:

@@ -146,7 +146,7 @@ def build_library(source: str, entries, defines=(), src_dir: Path | None = None)
     entries = tuple(entries)
     defines = tuple(sorted((str(n), int(v)) for n, v in defines))
     objs = runtime_objects(cxx)
-    key_text = "\n".join([_tree_digest(files + _kernel_files(kernels_dir())), _tree_digest(sorted(INCLUDE.rglob("*.h"))),
+    key_text = "\n".join([_tree_digest(set(files) | set(_kernel_files(kernels_dir()))), _tree_digest(sorted(INCLUDE.rglob("*.h"))),
                           source, repr(entries),
                           repr(defines), compiler_version(cxx), " ".join(COMMON_FLAGS + KERNEL_FLAGS),
                           " ".join(str(o) for o in objs)])
