@@ -38,7 +38,8 @@ def test_launch_on_a_side_stream_is_ordered():
 
     q, k, v = make_inputs(MISSION, seed=0)
     s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())  # q, k, v were made on the current stream
     with torch.cuda.stream(s):
         out = attention("01_scalar", q, k, v)
-    s.synchronize()
+    torch.cuda.current_stream().wait_stream(s)  # out is read below, on the current stream
     assert float((out.double() - reference_attention(q, k, v)).abs().max()) < 5e-3

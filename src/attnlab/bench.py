@@ -189,8 +189,9 @@ def bench_case(specs, shape, causal: bool, reps: int, progress=None) -> dict:
         verdict = judge(out, ref, fp16_err)
         entry = {"check": {"passed": verdict.passed, "max_err": verdict.max_err,
                            "tolerance": verdict.tolerance, "reason": verdict.reason}}
-        entry["device"] = device_time(lambda: attention(spec.id, q, k, v, causal=causal, out=out), reps).to_dict()
-        entry["host"] = host_latency(lambda: attention(spec.id, q, k, v, causal=causal, out=out), reps).to_dict()
+        if verdict.passed:  # a wrong output gets no time, as in time_baselines
+            entry["device"] = device_time(lambda: attention(spec.id, q, k, v, causal=causal, out=out), reps).to_dict()
+            entry["host"] = host_latency(lambda: attention(spec.id, q, k, v, causal=causal, out=out), reps).to_dict()
         case["kernels"][spec.id] = entry
         if progress is not None:
             progress.update(1)
@@ -218,7 +219,7 @@ def run_bench(specs, shapes, causal_flags=(False, True), quick: bool = False, pr
 
 
 def failed_cases(record: dict) -> list[tuple[str, list, bool]]:
-    """(kernel, shape, causal) of every timed case whose output failed the check: such a time is
-    no result, and callers refuse to show it as one."""
+    """(kernel, shape, causal) of every case whose output failed the check: bench_case gave it no
+    time, and callers refuse the run."""
     return [(kid, c["shape"], c["causal"]) for c in record["cases"] for kid, e in c["kernels"].items()
             if "check" in e and not e["check"]["passed"]]

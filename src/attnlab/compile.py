@@ -85,9 +85,17 @@ def nvcc_cubin(spec: KernelSpec, arch: str, out: Path | None = None, defines=Non
     return out, proc.stderr
 
 
-def _device_arch() -> str:
+def _device_index(device=None) -> int:
+    """The CUDA device index of `device` (a torch.device, an int, or None: torch's current one)."""
     import torch
-    major, minor = torch.cuda.get_device_capability()
+    index = device if isinstance(device, int) or device is None else device.index
+    return torch.cuda.current_device() if index is None else index
+
+
+@functools.lru_cache(maxsize=None)
+def _device_arch(index: int) -> str:
+    import torch
+    major, minor = torch.cuda.get_device_capability(index)
     return f"sm_{major}{minor}"
 
 
@@ -120,9 +128,28 @@ def _load(kernel_id: str, source_hash: str, arch: str, which: str, defines: tupl
     return module
 
 
-def load_function(spec: KernelSpec, entry: str | None = None):
-    """The compiled `cupy.RawKernel` for a registered kernel's entry point on this GPU, built with
-    the spec's configuration (`spec.defines`; none for the chapter's own)."""
+# Loaded kernels: (kernel id, defines, entry, source hash, arch, backend, device index) -> RawKernel.
+# get_function makes a new RawKernel (and a cuModuleGetFunction) each call, and the opt-in to more
+# shared memory is per function, so each is made once; the source hash in the key makes an
+# edited kernel load anew.
+_functions: dict[tuple, object] = {}
+
+
+def load_function(spec: KernelSpec, entry: str | None = None, device=None):
+    """The compiled `cupy.RawKernel` for a registered kernel's entry point on `device` (torch's
+    current device by default), built with the spec's configuration (`spec.defines`; none for the
+    chapter's own). Loaded once per source version, configuration, entry and device."""
     require_gpu(f"loading kernel {spec.id}")
-    module = _load(spec.id, kernel_hash(spec), _device_arch(), backend(), tuple(spec.defines))
-    return module.get_function(entry or spec.entry)
+    index = _device_index(device)
+    key = (spec.id, tuple(spec.defines), entry or spec.entry, kernel_hash(spec), _device_arch(index),
+           backend(), index)
+    fn = _functions.get(key)
+    if fn is None:
+        import cupy
+
+        kernel_id, defines, name, source_hash, arch, which, _ = key
+        module = _load(kernel_id, source_hash, arch, which, defines)
+        with cupy.cuda.Device(index):  # get_function loads the module on the current device
+            fn = module.get_function(name)
+        _functions[key] = fn
+    return fn

@@ -60,6 +60,27 @@ def lookup(device_name: str) -> GpuSpec | None:
     return None
 
 
+# The L4's ceiling: 99 KB of shared memory per block after opt-in (48 KB without).
+L4_MAX_SMEM_PER_BLOCK = 99 * 1024
+
+
+def max_smem_per_block() -> tuple[int, str]:
+    """(bytes, whose) of shared memory one block may opt in to: the current GPU's where torch sees
+    one (227 KB on an H100), and the L4's 99 KB, the reader's card, without one."""
+    from .env import has_gpu
+
+    if not has_gpu():
+        return L4_MAX_SMEM_PER_BLOCK, "the L4's"
+    import torch
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    limit = getattr(props, "shared_memory_per_block_optin", 0)
+    if not limit:  # a torch without the field: the datasheet table, else the L4's
+        known = lookup(props.name)
+        limit = known.smem_per_block_kb * 1024 if known else L4_MAX_SMEM_PER_BLOCK
+    return int(limit), f"the {props.name}'s"
+
+
 @dataclass(frozen=True)
 class Floor:
     compute_us: float

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .launch import AttentionInputError, run_on_torch_stream
+from .launch import AttentionInputError, pointer, run_on_torch_stream
 from .registry import KernelSpec
 from .shapes import Shape
 
@@ -64,14 +64,13 @@ def check_score_memory(spec: KernelSpec, shape: Shape, budget: int) -> None:
 def run_cublas_hybrid(spec: KernelSpec, shape: Shape, q, k, v, out, causal: bool, scale: float) -> None:
     """softmax(q k^T * scale [+ causal mask]) v into `out`: GEMM, row-softmax kernel, GEMM.
     The inputs are already validated (launch.attention)."""
-    import cupy
     import torch
 
     from .compile import load_function
 
     check_score_memory(spec, shape, score_budget(q.device))
-    fn = load_function(spec)  # before any work is queued: a build error leaves nothing half-done
+    fn = load_function(spec, device=q.device)  # before any work is queued: a build error leaves nothing half-done
     s = torch.matmul(q, k.transpose(-2, -1))  # [B, H, L, L] fp16, contiguous, unscaled
-    args = (cupy.asarray(s), np.int32(shape.L), np.float32(scale), np.int32(bool(causal)))
+    args = (pointer(s), np.int32(shape.L), np.float32(scale), np.int32(bool(causal)))
     run_on_torch_stream(fn, spec.launch_config(shape), args, q.device)
     torch.matmul(s, v, out=out)  # P (written over S) times V

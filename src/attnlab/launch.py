@@ -3,7 +3,8 @@ current stream (so CUDA-graph capture and torch's ordering both see the launch).
 
 CuPy performs no argument checking at all (a Python int goes as a 64-bit integer, views are
 ignored), so everything is checked here, before any launch, and scalars are wrapped in the
-exact C types of the kernel signature.
+exact C types of the kernel signature. Tensors go as their raw device pointers (np.uint64):
+cupy.asarray would query the pointer's attributes on every launch, and the kernels take `T*`.
 """
 from __future__ import annotations
 
@@ -104,19 +105,37 @@ def _cupy_stream(torch_stream):
     return _streams[handle]
 
 
+def pointer(t) -> np.uint64:
+    """A tensor's device address as a `T*` kernel argument: CuPy passes a np.uint64 as 8 bytes."""
+    return np.uint64(t.data_ptr())
+
+
 def launch(spec: KernelSpec, shape: Shape, q, k, v, out, causal: bool, scale: float) -> None:
     """Launch an already validated problem. Callers outside attnlab use `attention()`."""
-    import cupy
-
     from .compile import load_function
 
     if spec.runner is not None:  # the kernel is one step of a larger computation (chapter 4)
         module, _, function = spec.runner.partition(":")
         return getattr(importlib.import_module(module), function)(spec, shape, q, k, v, out, causal, scale)
-    fn = load_function(spec, spec.entry_for(shape.D))
-    args = (cupy.asarray(q), cupy.asarray(k), cupy.asarray(v), cupy.asarray(out),
+    fn = load_function(spec, spec.entry_for(shape.D), q.device)
+    args = (pointer(q), pointer(k), pointer(v), pointer(out),
             np.int32(shape.L), np.int32(shape.D), np.float32(scale), np.int32(bool(causal)))
     run_on_torch_stream(fn, spec.launch_config(shape), args, q.device)
+
+
+# (id(function), device index) -> (function, bytes): the largest dynamic shared memory each
+# function has been opted in to. Holding the function keeps its id from being reused.
+_smem_opt_in: dict[tuple[int, int], tuple[object, int]] = {}
+
+
+def _opt_in_smem(fn, smem: int, index: int) -> None:
+    """Raise `fn`'s dynamic shared-memory limit to `smem` unless it is already that high: one
+    cuFuncSetAttribute per function and size, not one per launch."""
+    held = _smem_opt_in.get((id(fn), index))
+    if held is not None and held[0] is fn and held[1] >= smem:
+        return
+    fn.max_dynamic_shared_size_bytes = smem
+    _smem_opt_in[(id(fn), index)] = (fn, smem)
 
 
 def run_on_torch_stream(fn, cfg: dict, args: tuple, device) -> None:
@@ -126,10 +145,11 @@ def run_on_torch_stream(fn, cfg: dict, args: tuple, device) -> None:
     import torch
 
     smem = cfg["dynamic_smem"]
-    if smem > DEFAULT_SMEM_LIMIT:  # the opt-in above 48 KB, per function
-        fn.max_dynamic_shared_size_bytes = smem
-    with cupy.cuda.Device(device.index), _cupy_stream(torch.cuda.current_stream(device)):
-        fn(cfg["grid"], cfg["block"], args, shared_mem=smem)
+    with cupy.cuda.Device(device.index):  # the attribute belongs to this device's function
+        if smem > DEFAULT_SMEM_LIMIT:  # the opt-in above 48 KB, per function
+            _opt_in_smem(fn, smem, device.index)
+        fn(cfg["grid"], cfg["block"], args, shared_mem=smem,
+           stream=_cupy_stream(torch.cuda.current_stream(device)))
 
 
 def attention(kernel_id: str, q, k, v, causal: bool = False, scale: float | None = None, out=None):

@@ -17,12 +17,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .gpus import L4_MAX_SMEM_PER_BLOCK, max_smem_per_block  # noqa: F401 (L4_... is read from here)
 from .paths import kernels_dir
 from .shapes import Shape
 
-# The L4's ceiling: 99 KB of shared memory per block after opt-in (48 KB without).
-L4_MAX_SMEM_PER_BLOCK = 99 * 1024
-DEFAULT_SMEM_LIMIT = 48 * 1024
+DEFAULT_SMEM_LIMIT = 48 * 1024  # per block without the opt-in
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -135,13 +134,15 @@ class KernelSpec:
 
     def config_problems(self, D: int) -> list[str]:
         """Why this build cannot run head dim D, before compiling it: the kernel's compile-time rules
-        and shared memory over the L4's 99 KB per block. Empty when it can."""
+        and shared memory over the limit per block of the GPU at hand (the L4's 99 KB without one).
+        Empty when it can."""
         if self.tuning is None:
             return []
         problems = list(self.tuning.rules(self.config, D))
         smem = self.dynamic_smem(Shape(1, 1, 1, D))
-        if smem > L4_MAX_SMEM_PER_BLOCK:
-            problems.append(f"{smem} B of shared memory at D={D}, over the L4's {L4_MAX_SMEM_PER_BLOCK} B per block")
+        limit, whose = max_smem_per_block()
+        if smem > limit:
+            problems.append(f"{smem} B of shared memory at D={D}, over {whose} {limit} B per block")
         return problems
 
     def config_label(self) -> str:

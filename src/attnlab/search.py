@@ -7,7 +7,8 @@ geometry computed from the same values. This module walks those spaces in four s
 first, so that no GPU time goes to a configuration the compiler could have refused:
 
 1. the space: every combination of the knob values that matter at head dim D, minus those the
-   kernel's compile-time rules or the L4's 99 KB of shared memory per block refuse (arithmetic);
+   kernel's compile-time rules or the shared memory per block of the GPU at hand (the L4's 99 KB
+   without a GPU) refuse (arithmetic);
 2. the static gate: nvcc builds each remaining configuration for the target and ptxas says how
    many registers it needs and whether it spills; a spill, or shared memory over the limit, ends
    it there. The registers, shared memory and threads give its theoretical occupancy;
@@ -43,7 +44,8 @@ from typing import Callable, Iterable
 
 from . import registry
 from .gpus import SM_LIMITS, Occupancy, occupancy  # noqa: F401 (chapter 8 reads them here)
-from .registry import L4_MAX_SMEM_PER_BLOCK, KernelSpec
+from .gpus import max_smem_per_block
+from .registry import KernelSpec
 from .shapes import MISSION, Shape
 
 REFERENCE_ARCH = "sm_89"      # the L4's: the static gate's default target
@@ -178,8 +180,9 @@ def static_gate(kernel_id: str, config: dict, D: int, arch: str = REFERENCE_ARCH
 
     Refused without compiling when the arithmetic rules refuse it; otherwise built with nvcc for
     `arch`, and refused when the entry that runs D spills registers or needs more shared memory
-    than the L4's 99 KB per block. ptxas reports one register count per entry: for kernels whose
-    entry holds both head dims (chapters 5 and 6) it is the larger of the two paths."""
+    per block than the GPU at hand allows (the L4's 99 KB without one). ptxas reports one register
+    count per entry: for kernels whose entry holds both head dims (chapters 5 and 6) it is the
+    larger of the two paths."""
     from .compile import KernelBuildError
 
     spec = registry.get(kernel_id).with_config(config)
@@ -209,8 +212,9 @@ def static_gate(kernel_id: str, config: dict, D: int, arch: str = REFERENCE_ARCH
     if verdict.spill_bytes:
         verdict.problems.append(f"{entry} spills on {arch}: {fn['spill_stores']} B stored, "
                                 f"{fn['spill_loads']} B loaded ({fn['registers']} registers)")
-    if verdict.smem > L4_MAX_SMEM_PER_BLOCK:
-        verdict.problems.append(f"{verdict.smem} B of shared memory, over the L4's {L4_MAX_SMEM_PER_BLOCK} B per block")
+    limit, whose = max_smem_per_block()
+    if verdict.smem > limit:
+        verdict.problems.append(f"{verdict.smem} B of shared memory, over {whose} {limit} B per block")
     if arch in SM_LIMITS and verdict.smem <= SM_LIMITS[arch].smem:
         verdict.occupancy = occupancy(arch, verdict.threads, verdict.registers, verdict.smem)
     return verdict
