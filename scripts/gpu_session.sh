@@ -1,57 +1,45 @@
 #!/usr/bin/env bash
-# Everything a GPU session must produce, in one run: static builds, the correctness suite,
-# compute-sanitizer, timings next to SDPA, Nsight Compute counters, a short search of the
-# chapters' knobs (chapter 8), the GPU tests, and every notebook re-executed.
-# Records land under results/, executed notebooks under book/; both are packed with the logs
-# into $OUT/evidence.tar.gz so they can be committed from the machine that has git.
+# One stage (or several) of a GPU session, on a GPU machine with no network (book/running.md).
 #
-# Usage (repo root, on a machine with a CUDA GPU):   bash scripts/gpu_session.sh [--quick]
-# Where Jupyter's kernel stack is missing and there is no network, first put offline wheels in
-# .whl/ on a machine with the index; the notebooks also need myst-nb (for glue):
-#   EXTRA="myst-nb matplotlib tqdm" shared/gpu-host/prepare-offline-wheels.sh .whl 3.12
+#   bash scripts/gpu_session.sh --list            # the stages, what each does, predicted minutes
+#   bash scripts/gpu_session.sh check             # run one stage; its archive lands in $OUT
+#   bash scripts/gpu_session.sh check bench       # or several, one after the other
+#
+# Before the first call, on a machine with the package index and nvcc:
+#   bash scripts/gpu_prepare.sh                   # wheels into .whl/, sm_90 cubins into .attnlab-cache/
+# and carry .whl and .attnlab-cache with the working tree. What the machine lacks (the Jupyter
+# stack, papermill, nbval, myst-nb) is installed from .whl/ into /tmp/site, once per machine.
+# Each stage runs every kernel in its own process under a timeout, goes on past any failure, and
+# ends with a table of its failures; records, logs and executed notebooks come back in
+# $OUT/<stage>.tar.gz (python -m attnlab import-evidence brings them into a checkout).
 set -uo pipefail
-quick=""
-[ "${1:-}" = "--quick" ] && quick="--quick"
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1 ATTNLAB_ROOT=$PWD
+export ATTNLAB_CACHE=${ATTNLAB_CACHE:-$PWD/.attnlab-cache}
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
+if [ "${1:-}" = "--list" ] || [ $# -eq 0 ]; then
+  exec "$PY" -m attnlab.session --list
+fi
+# A copy without .git: the commit stamped by gpu_prepare.sh names what the records measured.
+if ! git rev-parse HEAD >/dev/null 2>&1 && [ -f .attnlab-cache/git.env ]; then
+  set -a; . .attnlab-cache/git.env; set +a
+fi
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 ATTNLAB_ROOT=$PWD
 if compgen -G ".whl/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site:$PWD/src
-else
-  export PYTHONPATH=$PWD/src
+  SITE=${ATTNLAB_SITE:-/tmp/site}
+  stamp=$(ls .whl/*.whl | sha256sum | cut -c1-16)
+  if [ "$(cat "$SITE/.attnlab-wheels" 2>/dev/null)" != "$stamp" ]; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl \
+      || { echo "installing .whl/ into $SITE failed" >&2; exit 1; }
+    echo "$stamp" > "$SITE/.attnlab-wheels"
+  fi
+  export PYTHONPATH=$PYTHONPATH:$SITE
 fi
 status=0
-missing=$(python3 - <<'PY'
-import importlib.util
-need = ["torch", "cupy", "numpy", "matplotlib", "tqdm", "papermill", "ipykernel", "nbval", "myst_nb"]
-print(" ".join(m for m in need if importlib.util.find_spec(m) is None))
-PY
-)
-[ -z "$missing" ] || echo "WARNING: missing Python modules: $missing (the steps that need them will fail)"
-step() {  # step NAME CMD...: run, log to $OUT/NAME.log, remember failures, keep going
-  local name=$1; shift
-  echo "=== $name: $*"
-  local t0=$SECONDS
-  "$@" > "$OUT/$name.log" 2>&1
-  local rc=$?
-  echo "=== $name: rc=$rc in $((SECONDS - t0)) s"; tail -n 25 "$OUT/$name.log"
-  [ $rc -eq 0 ] || status=1
-}
-step gpu nvidia-smi
-step inspect python3 -m attnlab inspect
-step check python3 -m attnlab check $quick
-step sanitize python3 -m attnlab sanitize
-step bench python3 -m attnlab bench $quick
-step report python3 -m attnlab report
-step profile python3 -m attnlab profile
-step search python3 -m attnlab search 07_mma --causal false true --budget 120
-step search-5-6 python3 -m attnlab search 05_wmma 06_warp_specialized --budget 60
-step tuned python3 -m attnlab tuned
-step pytest-gpu python3 -m pytest -q -m gpu tests
-if [ -f tools/run_book.py ]; then
-  step book python3 tools/run_book.py $([ -z "$quick" ] && echo --full) --save-results
-fi
-tar czf "$OUT/evidence.tar.gz" results book/*.ipynb "$OUT"/*.log 2>/dev/null
-ls -la "$OUT"
+for stage in "$@"; do
+  "$PY" -m attnlab.session "$stage" --out "$OUT" ${ATTNLAB_REHEARSE:+--rehearse} \
+    ${ATTNLAB_SESSION_DEADLINE:+--deadline "$ATTNLAB_SESSION_DEADLINE"} || status=1
+done
 exit $status

@@ -111,11 +111,14 @@ def cmd_check(args) -> int:
         return 2
     from .check import CHECK_SEEDS, format_table, run_suite
     from .results import new_record, write_record
+    from .shapes import PROBE_SHAPES
 
     specs = registry.select(args.kernels)
-    seeds = CHECK_SEEDS[:1] if args.quick else CHECK_SEEDS
-    results = run_suite(specs, seeds=seeds)
+    seeds = CHECK_SEEDS[:1] if args.quick or args.probe else CHECK_SEEDS
+    results = run_suite(specs, shapes=PROBE_SHAPES if args.probe else None, seeds=seeds)
     print(format_table(results))
+    if args.probe:
+        _mark_probed(specs, results)
     if not args.no_record:
         record = new_record("check", specs, settings={"quick": args.quick, "seeds": list(seeds)})
         record["cases"] = [r.to_dict() for r in results]
@@ -123,15 +126,50 @@ def cmd_check(args) -> int:
     return 0 if all(r.passed for r in results) else 1
 
 
+def _probe_dir():
+    """Where `check --probe` marks the kernels that came through (a GPU session's working folder)."""
+    import os
+    from pathlib import Path
+
+    work = os.environ.get("ATTNLAB_SESSION_WORK")
+    return Path(work) / "probed" if work else None
+
+
+def _mark_probed(specs, results) -> None:
+    folder = _probe_dir()
+    if folder is None:
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    for spec in specs:
+        if all(r.passed for r in results if r.kernel == spec.id):
+            (folder / spec.id).touch()
+
+
 def cmd_bench(args) -> int:
     if not _gpu_or_exit("bench"):
         return 2
     from .bench import failed_cases, run_bench
     from .results import write_record
-    from .shapes import BENCH_SHAPES, QUICK_SWEEP_LENGTHS, SWEEP_LENGTHS, sweep
+    from .shapes import BENCH_SHAPES, QUICK_SWEEP_LENGTHS, SWEEP_LENGTHS, Shape, sweep
 
     specs = registry.select(args.kernels)
-    shapes = list(dict.fromkeys(BENCH_SHAPES + sweep(QUICK_SWEEP_LENGTHS if args.quick else SWEEP_LENGTHS)))
+    if args.only_probed:
+        folder = _probe_dir()
+        if folder is None:
+            print("attnlab bench --only-probed: ATTNLAB_SESSION_WORK is not set (a GPU session's stage sets it)",
+                  file=sys.stderr)
+            return 2
+        left_out = [s.id for s in specs if not (folder / s.id).exists()]
+        for kid in left_out:
+            print(f"not timed: {kid} (it failed, crashed or hung in its probe)", file=sys.stderr)
+        specs = [s for s in specs if s.id not in left_out]
+        if not specs:
+            print("attnlab bench: no kernel came through its probe", file=sys.stderr)
+            return 1
+    if args.shape:
+        shapes = list(dict.fromkeys(Shape(*s) for s in args.shape))
+    else:
+        shapes = list(dict.fromkeys(BENCH_SHAPES + sweep(QUICK_SWEEP_LENGTHS if args.quick else SWEEP_LENGTHS)))
     record = run_bench(specs, shapes, quick=args.quick)
     failed = failed_cases(record)
     if not args.no_record:
@@ -329,6 +367,14 @@ def main(argv=None) -> int:
             sp.add_argument("--cpu", action="store_true",
                             help="run the kernels on the CPU executor (no GPU needed): the pass rule at small "
                                  "shapes, and races, out-of-bounds and other findings; never a timing")
+            sp.add_argument("--probe", action="store_true",
+                            help="one seed at two shapes: does the kernel run and pass at all (a GPU session "
+                                 "probes each kernel in its own process before timing them together)")
+        else:
+            sp.add_argument("--shape", nargs=4, type=int, action="append", metavar=("B", "H", "L", "D"),
+                            help="time at this shape (repeatable) instead of the mission shape and the sweep")
+            sp.add_argument("--only-probed", action="store_true",
+                            help="time only the kernels `check --probe` passed in this GPU session")
         sp.set_defaults(fn=fn)
     sp = sub.add_parser("mutate", help="plant each listed mistake in a scratch copy of the kernels and show the "
                                        "CPU suite catches it (no GPU needed); exit 1 on a survivor")

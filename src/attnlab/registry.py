@@ -94,6 +94,9 @@ class KernelSpec:
     # Kinds of shared-memory access ("ldmatrix", "cp.async", "ld/st") the chapter says never
     # conflict on banks; the CPU executor counts them and the CPU suite holds the kernel to it.
     conflict_free: tuple[str, ...] = ()
+    # The chapter kernel this one is an ablation or a sweep variant of (None: a chapter's own kernel).
+    # Sessions on a GPU run the chapters' own kernels first and these last.
+    variant_of: str | None = None
 
     @property
     def path(self):
@@ -368,6 +371,7 @@ for _id, (_stages, _producers) in _WS06_VARIANTS.items():
                  "named-barrier hand-off" if _default else
                  f"sweep variant of 06_warp_specialized: {_stages} stage{'s' * (_stages > 1)}, "
                  f"{_producers} producer warp{'s' * (_producers > 1)}"),
+        variant_of=None if _default else "06_warp_specialized",
     ))
 
 
@@ -434,6 +438,7 @@ for _kid, _suffix, _stages, _title, _summary in (
         tuning=_MMA07_TUNING if _kid == "07_mma" else None,
         # The swizzle's promise; the unswizzled ablation exists to break it.
         conflict_free=() if _kid == "07_mma_noswizzle" else ("ldmatrix", "cp.async", "ld/st"),
+        variant_of=None if _kid == "07_mma" else "07_mma",
     ))
 
 

@@ -54,5 +54,13 @@ SWEEP_LENGTHS: tuple[int, ...] = (128, 256, 512, 1024, 2048, 4096)
 QUICK_SWEEP_LENGTHS: tuple[int, ...] = (256, 512, 1024)
 
 
+# Chapter 7's target shapes: the mission shape and two long sequences at both head dims.
+CH07_TARGET_SHAPES: tuple[Shape, ...] = (MISSION, Shape(4, 16, 4096, 64), Shape(2, 16, 4096, 128))
+
+# A crash probe (attnlab.session's bench stage): each kernel once per mask at a full tile shape and
+# at a tail at the other head dim, before one process times them all.
+PROBE_SHAPES: tuple[Shape, ...] = (MISSION, Shape(1, 2, 333, 128))
+
+
 def sweep(lengths=SWEEP_LENGTHS, B: int = MISSION.B, H: int = MISSION.H, D: int = MISSION.D):
     return tuple(Shape(B, H, L, D) for L in lengths)

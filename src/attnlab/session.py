@@ -1,0 +1,596 @@
+"""A GPU session in stages that each fit one short call on a rented GPU.
+
+A lease gives minutes, not hours: each command may run 10 minutes, the machine goes cold between
+calls, and only a few files come back. So the session is cut into stages (`STAGES`); each one
+- runs its steps in child processes under a timeout, each kernel in its own process, so that one
+  kernel's sticky CUDA fault or deadlock costs that kernel alone;
+- stops starting steps when its own deadline passes, and says which it never started;
+- writes its records to a folder of its own and packs them, the logs, the executed notebooks and
+  a summary into one archive under the output folder ($OUT on the device);
+- prints a short table of every failure last.
+
+`python -m attnlab import-evidence ARCHIVE...` (attnlab.evidence) brings the archives into a
+checkout. With `rehearse=True` every stage runs its plan on a machine without a GPU: each GPU
+command is expected to refuse cleanly ("no CUDA GPU here"), which proves that the environment
+imports, the registry resolves and the command lines parse; papermill runs the notebooks in their
+no-GPU mode.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from . import registry
+from .paths import repo_root
+
+# What comes back from the device: at most 8 files of 16 MiB each.
+MAX_ARCHIVE_BYTES = 16 * 2**20
+MAX_FILES_BACK = 8
+LOG_TAIL_BYTES = 256 * 1024          # each log is cut to its end in the archive
+STAGE_DEADLINE_S = 7.5 * 60          # no step starts after this: a stage ends inside 8 minutes
+NO_GPU_LINE = "no CUDA GPU here"     # how every GPU command of attnlab refuses without a GPU
+# A CUDA fault in a child's output: the process died of its kernel, not of its Python.
+FAULT_PATTERNS = re.compile(
+    r"illegal memory access|illegal address|misaligned address|unspecified launch failure|"
+    r"CUDA_ERROR_\w+|cudaError\w+|device-side assert|an illegal instruction", re.IGNORECASE)
+SANITIZE_TOOLS = ("memcheck", "racecheck", "synccheck")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One child process of a stage."""
+    name: str                               # unique in its stage; also its log's name
+    argv: tuple[str, ...]
+    timeout_s: float
+    kernel: str | None = None               # the kernel it is about, if one
+    env: tuple[tuple[str, str], ...] = ()   # set on top of the stage's environment
+    gpu: bool = True                        # False: runs the same with or without a GPU
+    alone: bool = False                     # True: nothing else runs meanwhile (a timing)
+
+
+@dataclass
+class Outcome:
+    step: str
+    kernel: str | None
+    status: str          # ok, failed, fault, crashed, timeout, not started, no gpu
+    rc: int | None
+    seconds: float
+    tail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("ok", "no gpu")
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    minutes: float       # predicted on an H100, the stage's own steps (not the machine's start)
+    what: str
+    plan: Callable[["Context"], list[Step]]
+    parallel: int = 1    # children at once: 1 wherever a timing or a GPU-wide tool runs
+    redirect_results: bool = True  # False: records go to results/ (the book reads them there)
+
+
+@dataclass
+class Context:
+    python: str = sys.executable
+    rehearse: bool = False
+
+
+def risk_order(specs=None) -> list:
+    """The kernels, riskiest first: the chapters' own kernels from the last chapter down (07, 06, 05,
+    then the rest), their ablations and sweep variants last."""
+    specs = list(registry.select(None) if specs is None else specs)
+    return sorted(specs, key=lambda s: (s.variant_of is not None, -s.chapter, s.id))
+
+
+def _attnlab(ctx: Context, *args: str) -> tuple[str, ...]:
+    return (ctx.python, "-m", "attnlab", *args)
+
+
+# --- the stages' plans -----------------------------------------------------------------------------
+
+def plan_check(ctx: Context) -> list[Step]:
+    """The full correctness suite (every case, three seeds), one kernel per process, then the GPU
+    tests but the suite itself (configured kernels, a small search, the Triton reference, ncu)."""
+    steps = [Step(f"check-{s.id}", _attnlab(ctx, "check", s.id), timeout_s=150, kernel=s.id)
+             for s in risk_order()]
+    steps.append(Step("pytest-gpu", (ctx.python, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
+                                     "-k", "not test_check_suite", str(repo_root() / "tests")),
+                      timeout_s=180, gpu=False, alone=True))
+    return steps
+
+
+# Chapter 7 measures its kernels and the two it replaces at the target shapes.
+CH07_TARGET_KERNELS = ("07_mma", "07_mma_noswizzle", "07_mma_single_buffer", "06_warp_specialized", "05_wmma")
+
+
+def plan_bench(ctx: Context) -> list[Step]:
+    """First each kernel launched once per mask at two shapes in its own process (a crash probe,
+    several at once), then one process times every kernel that came through next to every SDPA
+    backend at the mission shape and the length sweep, and one more at chapter 7's target shapes.
+    bench checks every output before timing it: a wrong one gets no time."""
+    from .shapes import CH07_TARGET_SHAPES
+
+    probes = [Step(f"probe-{s.id}", _attnlab(ctx, "check", s.id, "--probe", "--no-record"), timeout_s=90,
+                   kernel=s.id) for s in risk_order()]
+    ids = [s.id for s in risk_order()]
+    shapes = [a for shape in CH07_TARGET_SHAPES for a in ("--shape", *map(str, shape))]
+    return probes + [
+        Step("bench-book", _attnlab(ctx, "bench", *ids, "--only-probed"), timeout_s=300, alone=True),
+        Step("bench-ch07-targets", _attnlab(ctx, "bench", *CH07_TARGET_KERNELS, "--only-probed", *shapes),
+             timeout_s=150, alone=True),
+    ]
+
+
+def plan_sanitize(ctx: Context) -> list[Step]:
+    """memcheck (torch's caching allocator off, so an out-of-bounds read past a tail is not hidden
+    inside a pooled segment), racecheck and synccheck, every kernel at small odd shapes."""
+    return [Step(f"{tool}-{s.id}", _attnlab(ctx, "sanitize", s.id, "--tool", tool), timeout_s=240, kernel=s.id)
+            for s in risk_order() for tool in SANITIZE_TOOLS]
+
+
+# The pages that measure what no other stage does (chapter 8's timed search, the appendix's Nsight
+# Compute counters and compute-sanitizer runs, the scoreboard with the Triton reference): they run
+# in the extras stage with their quick settings, which keep each inside its step's timeout.
+MEASURING_PAGES = ("ch08_search", "appendix_profiling", "ch09_scoreboard")
+
+
+def _page_step(ctx: Context, stem: str, full: bool) -> Step:
+    run_book = str(repo_root() / "tools" / "run_book.py")
+    argv = (ctx.python, run_book, stem, "--save-results") + (("--full",) if full else ())
+    return Step(f"book-{stem}", argv, timeout_s=300, gpu=False, alone=True,
+                env=(("ATTNLAB_REUSE_RECORDS", "1"),))
+
+
+def _pages() -> list[str]:
+    sys.path.insert(0, str(repo_root() / "tools"))
+    try:
+        from run_book import book_notebooks
+    finally:
+        sys.path.pop(0)
+    return [nb.stem for nb in book_notebooks()]
+
+
+def plan_book(ctx: Context) -> list[Step]:
+    """Every other page executed by papermill with its full settings, one page per process; on the
+    GPU a page takes its check and timings from this commit's fresh records of the same GPU where
+    they exist (ATTNLAB_REUSE_RECORDS: the check and bench stages wrote them minutes earlier)
+    rather than measuring a second time, and measures live otherwise."""
+    return [_page_step(ctx, stem, full=True) for stem in _pages() if stem not in MEASURING_PAGES]
+
+
+def plan_extras(ctx: Context) -> list[Step]:
+    """The measuring pages, executed by papermill: chapter 8's timed search of 07_mma, the appendix's
+    Nsight Compute counters and sanitizer runs, the scoreboard (every kernel, the Triton reference)."""
+    pages = _pages()
+    return [_page_step(ctx, stem, full=False) for stem in MEASURING_PAGES if stem in pages]
+
+
+# What each stage's children import and run: a missing one fails the preflight, the first step of
+# every stage, on the device and in the rehearsal alike (where the GPU commands stop early).
+STAGE_NEEDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {  # stage: (modules, programs)
+    "check": (("torch", "cupy", "numpy", "tqdm", "pytest", "triton", "attnlab.check", "attnlab.launch",
+               "attnlab.reference", "attnlab.compile", "attnlab.search", "attnlab.triton_ref"), ()),
+    "bench": (("torch", "cupy", "numpy", "tqdm", "triton", "attnlab.bench", "attnlab.check", "attnlab.launch",
+               "attnlab.triton_ref", "attnlab.results"), ()),
+    "sanitize": (("torch", "cupy", "attnlab.sanitize", "attnlab.launch"), ("compute-sanitizer",)),
+    "extras": (("torch", "cupy", "triton", "matplotlib", "yaml", "nbformat", "nbclient", "papermill", "ipykernel",
+                "IPython", "myst_nb", "attnlab.book", "attnlab.profile", "attnlab.search", "attnlab.scoreboard",
+                "attnlab.triton_ref"), ("ncu", "compute-sanitizer")),
+    "book": (("torch", "cupy", "numpy", "matplotlib", "tqdm", "yaml", "nbformat", "nbclient", "papermill",
+              "ipykernel", "IPython", "nbval", "jupytext", "myst_nb", "attnlab.book", "attnlab.plot",
+              "attnlab.executor"), ("g++",)),
+}
+
+
+def preflight(stage: str, arch: str | None = None) -> list[str]:
+    """What would make the stage fail before it measured anything: a module that does not import,
+    a program not on PATH (on a GPU machine only), a kernel whose cubin for the GPU's target is not
+    in the cache (the stage would wait on nvcc). Empty when all is there."""
+    import importlib
+
+    from .compile import backend, cubin_path
+    from .env import has_gpu
+
+    modules, programs = STAGE_NEEDS[stage]
+    problems = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - any failure to import is the finding
+            problems.append(f"import {name}: {type(exc).__name__}: {exc}")
+    gpu = has_gpu()
+    if gpu:
+        problems += [f"{p} is not on PATH" for p in programs if shutil.which(p) is None]
+    if arch is None and gpu:
+        from .compile import _device_arch
+        arch = _device_arch()
+    if arch and (not gpu or backend() == "nvcc"):
+        missing = [s.id for s in registry.select(None) if not cubin_path(s, arch).exists()]
+        if missing:
+            problems.append(f"no {arch} cubin in {cubin_path(registry.get(missing[0]), arch).parent} for "
+                            f"{', '.join(missing)}: run `python -m attnlab prebuild --arch {arch}` where nvcc is")
+    return problems
+
+
+def _preflight_step(ctx: Context, stage: str) -> Step:
+    argv = (ctx.python, "-m", "attnlab.session", "--preflight", stage) + (("--arch", "sm_90") if ctx.rehearse else ())
+    return Step("preflight", argv, timeout_s=120, gpu=False, alone=True)
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("check", 4.0, "the correctness suite, every kernel in its own process (3 at once), riskiest first; "
+                        "then the other GPU tests", plan_check, parallel=3),
+    Stage("bench", 4.5, "a crash probe per kernel (4 at once), then timings next to every SDPA backend: "
+                        "the mission shape, the sweep, chapter 7's targets", plan_bench, parallel=4),
+    Stage("sanitize", 3.5, "memcheck (no caching allocator), racecheck, synccheck on every kernel at small "
+                           "odd shapes, 6 processes at once", plan_sanitize, parallel=6),
+    Stage("extras", 6.5, "chapter 8's timed search, Nsight Compute counters and the scoreboard with the Triton "
+                         "reference: their pages executed by papermill", plan_extras),
+    Stage("book", 5.0, "every other page executed by papermill, reusing this commit's fresh records",
+          plan_book, redirect_results=False),
+)
+
+
+def get_stage(name: str) -> Stage:
+    for stage in STAGES:
+        if stage.name == name:
+            return stage
+    raise KeyError(f"no stage {name!r}; stages: {', '.join(s.name for s in STAGES)}")
+
+
+def list_text() -> str:
+    width = max(len(s.name) for s in STAGES)
+    lines = [f"{s.name:<{width}}  ~{s.minutes:g} min on an H100  {s.what}" for s in STAGES]
+    lines.append(f"{'total':<{width}}  ~{sum(s.minutes for s in STAGES):g} min of steps (each call also "
+                 "pays the machine's start when it comes cold)")
+    return "\n".join(lines)
+
+
+# --- running steps -----------------------------------------------------------------------------------
+
+def _tail(text: str, lines: int = 6) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def classify(rc: int | None, timed_out: bool, text: str, rehearse: bool, gpu: bool) -> str:
+    """What happened to a child: its exit status read with what it printed."""
+    if timed_out:
+        return "timeout"
+    if rc is None:
+        return "not started"
+    if rc < 0:
+        return "fault" if FAULT_PATTERNS.search(text) else "crashed"
+    if rc == 0:
+        return "ok"
+    if rehearse and gpu and rc == 2 and NO_GPU_LINE in text:
+        return "no gpu"
+    return "fault" if FAULT_PATTERNS.search(text) else "failed"
+
+
+def run_step(step: Step, log_dir: Path, base_env: dict, rehearse: bool = False) -> Outcome:
+    """Run one child in a session of its own; past its timeout the whole process group is killed
+    (compute-sanitizer and ncu start children of their own). ATTNLAB_SESSION_TIMEOUT_SCALE
+    stretches every timeout (a rehearsal on a CPU is slower than the GPU at what the pages do)."""
+    log_path = log_dir / f"{step.name}.log"
+    timeout = step.timeout_s * float(base_env.get("ATTNLAB_SESSION_TIMEOUT_SCALE", "1"))
+    t0 = time.monotonic()
+    env = {**base_env, **dict(step.env)}
+    with open(log_path, "wb") as log:
+        log.write(("$ " + " ".join(step.argv) + "\n").encode())
+        log.flush()
+        try:
+            proc = subprocess.Popen(step.argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                    cwd=repo_root(), start_new_session=True)
+        except OSError as exc:
+            log.write(f"could not start: {exc}\n".encode())
+            return Outcome(step.name, step.kernel, "failed", None, 0.0, f"could not start: {exc}")
+        timed_out = False
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc)
+            rc = proc.returncode
+    text = log_path.read_text(errors="replace")
+    status = classify(rc, timed_out, text, rehearse, step.gpu)
+    tail = f"no exit after {timeout:g} s: killed" if timed_out else _tail(text)
+    return Outcome(step.name, step.kernel, status, rc, round(time.monotonic() - t0, 1), tail)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=5)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_steps(steps: list[Step], log_dir: Path, base_env: dict, parallel: int = 1, rehearse: bool = False,
+              deadline: float | None = None, on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
+    """Every step, `parallel` at a time, none started after `deadline` (time.monotonic()); the
+    outcomes in the steps' order."""
+    def one(step: Step) -> Outcome:
+        if deadline is not None and time.monotonic() > deadline:
+            out = Outcome(step.name, step.kernel, "not started", None, 0.0, "the stage's time was up")
+        else:
+            out = run_step(step, log_dir, base_env, rehearse)
+        if on_done:
+            on_done(out)
+        return out
+
+    outcomes: list[Outcome] = []
+    i = 0
+    while i < len(steps):  # consecutive steps that may share the GPU run together; a lone one alone
+        j = i + 1
+        while j < len(steps) and steps[j].alone == steps[i].alone and not steps[i].alone:
+            j += 1
+        with ThreadPoolExecutor(max_workers=1 if steps[i].alone else max(1, parallel)) as pool:
+            outcomes += pool.map(one, steps[i:j])
+        i = j
+    return outcomes
+
+
+# --- a whole stage -----------------------------------------------------------------------------------
+
+@dataclass
+class StageRun:
+    stage: str
+    outcomes: list[Outcome] = field(default_factory=list)
+    archives: list[Path] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def failures(self) -> list[Outcome]:
+        return [o for o in self.outcomes if not o.ok]
+
+
+def _gpu_name() -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=20)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else "none"
+    except (OSError, subprocess.TimeoutExpired, IndexError):
+        return "none"
+
+
+def run_stage(name: str, out_dir: Path, work_root: Path | None = None, rehearse: bool = False,
+              steps: list[Step] | None = None, deadline_s: float = STAGE_DEADLINE_S,
+              echo: Callable[[str], None] = print) -> StageRun:
+    """Run one stage and pack its archive(s) into `out_dir`. `steps` replaces the stage's plan (tests)."""
+    from .env import git_commit
+
+    stage = get_stage(name)
+    ctx = Context(rehearse=rehearse)
+    work = (work_root or Path(os.environ.get("TMPDIR", "/tmp")) / "attnlab-session") / name
+    shutil.rmtree(work, ignore_errors=True)
+    (work / "logs").mkdir(parents=True)
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env["ATTNLAB_ROOT"] = str(repo_root())
+    env["ATTNLAB_SESSION_WORK"] = str(work)
+    results_before = _results_snapshot()
+    pages_before = _pages_snapshot()
+    if stage.redirect_results:
+        env["ATTNLAB_RESULTS"] = str(work / "results")
+    plan = [_preflight_step(ctx, name), *stage.plan(ctx)] if steps is None else steps
+    run = StageRun(name)
+    t0 = time.monotonic()
+    echo(f"== stage {name}: {len(plan)} steps, {stage.parallel} at a time, predicted ~{stage.minutes:g} min")
+
+    def done(o: Outcome) -> None:
+        echo(f"   {o.status:<11} {o.seconds:6.1f} s  {o.step}")
+
+    run.outcomes = run_steps(plan, work / "logs", env, stage.parallel, rehearse, t0 + deadline_s, done)
+    run.seconds = round(time.monotonic() - t0, 1)
+    if not stage.redirect_results:
+        _copy_new_results(results_before, work / "results")
+    _copy_changed_pages(pages_before, work / "book")
+    summary = {"stage": name, "rehearsal": rehearse, "gpu": _gpu_name(), "git": git_commit(),
+               "finished_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+               "seconds": run.seconds, "predicted_minutes": stage.minutes,
+               "steps": [asdict(o) for o in run.outcomes]}
+    (work / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    run.archives = pack(work, out_dir, name)
+    echo(failure_table(run))
+    return run
+
+
+def _results_snapshot() -> set[Path]:
+    from .paths import results_dir
+
+    root = results_dir()
+    return set(root.rglob("*.json")) if root.exists() else set()
+
+
+def _copy_new_results(before: set[Path], dest: Path) -> None:
+    from .paths import results_dir
+
+    root = results_dir()
+    for path in sorted(_results_snapshot() - before):
+        target = dest / path.relative_to(root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+
+
+def _pages_snapshot() -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in (repo_root() / "book").glob("*.ipynb")}
+
+
+def _copy_changed_pages(before: dict[Path, bytes], dest: Path) -> None:
+    """The pages tools/run_book.py rewrote (it writes back only a page that ran without error)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for path, old in before.items():
+        if path.exists() and path.read_bytes() != old:
+            shutil.copy2(path, dest / path.name)
+
+
+def pack(work: Path, out_dir: Path, name: str) -> list[Path]:
+    """`work` as <name>.tar.gz under `out_dir` (logs cut to their last LOG_TAIL_BYTES); split into
+    <name>.1.tar.gz, <name>.2.tar.gz... only if one archive would pass MAX_ARCHIVE_BYTES."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for log in (work / "logs").glob("*.log"):
+        size = log.stat().st_size
+        if size > LOG_TAIL_BYTES:
+            with open(log, "rb") as f:
+                f.seek(size - LOG_TAIL_BYTES)
+                data = f.read()
+            log.write_bytes(f"[... {size - LOG_TAIL_BYTES} bytes cut ...]\n".encode() + data)
+    files = sorted(p for p in work.rglob("*") if p.is_file())
+    groups, current, size = [], [], 0
+    budget = MAX_ARCHIVE_BYTES * 0.9  # compressed output is smaller than its input; keep a margin anyway
+    for path in files:
+        n = path.stat().st_size
+        if current and size + n > budget:
+            groups.append(current)
+            current, size = [], 0
+        current.append(path)
+        size += n
+    groups.append(current)
+    archives = []
+    for i, group in enumerate(groups, 1):
+        target = out_dir / (f"{name}.tar.gz" if len(groups) == 1 else f"{name}.{i}.tar.gz")
+        with tarfile.open(target, "w:gz") as tar:
+            for path in group:
+                tar.add(path, arcname=f"{name}/{path.relative_to(work)}")
+        if target.stat().st_size > MAX_ARCHIVE_BYTES:
+            raise RuntimeError(f"{target} is {target.stat().st_size} bytes, over the {MAX_ARCHIVE_BYTES} that "
+                               "come back from the device")
+        archives.append(target)
+    return archives
+
+
+def check_out(out_dir: Path) -> list[str]:
+    """What the device tool would not bring back from `out_dir`: more than MAX_FILES_BACK files, a
+    file over MAX_ARCHIVE_BYTES, a name of other characters than letters, digits, '.', '_', '-',
+    a folder more than two down; and any archive without its stage's summary.json."""
+    problems = []
+    files = [p for p in out_dir.rglob("*") if p.is_file()]
+    if len(files) > MAX_FILES_BACK:
+        problems.append(f"{len(files)} files in {out_dir}, over the {MAX_FILES_BACK} that come back")
+    for path in files:
+        rel = path.relative_to(out_dir)
+        if len(rel.parts) > 3:
+            problems.append(f"{rel}: more than two folders down")
+        if any(not re.fullmatch(r"[A-Za-z0-9._-]+", part) for part in rel.parts):
+            problems.append(f"{rel}: a name with other characters than letters, digits, '.', '_', '-'")
+        if path.stat().st_size > MAX_ARCHIVE_BYTES:
+            problems.append(f"{rel}: {path.stat().st_size} bytes, over {MAX_ARCHIVE_BYTES}")
+        if path.name.endswith(".tar.gz"):
+            with tarfile.open(path) as tar:
+                names = tar.getnames()
+            stage = path.name.split(".")[0]
+            if f"{stage}/summary.json" not in names and not any(n.endswith("/summary.json") for n in names):
+                problems.append(f"{rel}: no {stage}/summary.json inside")
+            if any(not n.startswith(f"{stage}/") for n in names):
+                problems.append(f"{rel}: entries outside {stage}/")
+    return problems
+
+
+def isolation_demo(work: Path) -> list[Outcome]:
+    """Three children through the stage machinery: one that hangs, one that dies the way a CUDA
+    fault kills a process (the runtime's message, then abort), one that succeeds after both."""
+    py = sys.executable
+    steps = [
+        Step("hangs", (py, "-c", "import time; print('waiting forever', flush=True); time.sleep(3600)"), 3),
+        Step("faults", (py, "-c", "import os, sys; print('CUDA error: an illegal memory access was "
+                                  "encountered', file=sys.stderr, flush=True); os.abort()"), 30),
+        Step("after-both", (py, "-c", "print('still running')"), 30),
+    ]
+    (work / "logs").mkdir(parents=True, exist_ok=True)
+    return run_steps(steps, work / "logs", dict(os.environ))
+
+
+def failure_table(run: StageRun) -> str:
+    """The stage's last words: counts, then one line per failure (the reply shows only the tail)."""
+    counts: dict[str, int] = {}
+    for o in run.outcomes:
+        counts[o.status] = counts.get(o.status, 0) + 1
+    lines = [f"== stage {run.stage}: {run.seconds:.0f} s; " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())),
+             "   archives: " + ", ".join(f"{a.name} ({a.stat().st_size // 1024} KiB)" for a in run.archives)]
+    if run.failures:
+        lines.append(f"   {'status':<11} {'step':<34} last line")
+        for o in run.failures:
+            last = (o.tail.strip().splitlines() or [""])[-1][:110]
+            lines.append(f"   {o.status:<11} {o.step:<34} {last}")
+    else:
+        lines.append("   no failures")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m attnlab.session", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("stage", nargs="?", help="one of: " + ", ".join(s.name for s in STAGES))
+    p.add_argument("--list", action="store_true", help="the stages, with what each does and its minutes")
+    p.add_argument("--out", default=os.environ.get("OUT", "gpu-out"), help="where archives go (default: $OUT)")
+    p.add_argument("--rehearse", action="store_true", help="no GPU here: a GPU command that refuses cleanly passes")
+    p.add_argument("--deadline", type=float, default=STAGE_DEADLINE_S,
+                   help="seconds after which no step starts (default: %(default)s)")
+    p.add_argument("--preflight", metavar="STAGE", help="only check what STAGE needs (modules, programs, cubins)")
+    p.add_argument("--arch", help="with --preflight: the target whose cubins must be cached (default: the GPU's)")
+    p.add_argument("--isolation-demo", action="store_true",
+                   help="show a hanging child and a faulting one recorded while the stage goes on")
+    p.add_argument("--check-out", metavar="DIR", help="check that DIR would come back from the GPU machine whole")
+    args = p.parse_args(argv)
+    if args.isolation_demo:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            outcomes = isolation_demo(Path(tmp))
+        for o in outcomes:
+            print(f"{o.step:<11} {o.status:<8} {o.seconds:5.1f} s  {o.tail.splitlines()[-1] if o.tail else ''}")
+        want = ["timeout", "fault", "ok"]
+        got = [o.status for o in outcomes]
+        print("process isolation " + ("ok" if got == want else f"FAILED: {got}, expected {want}"))
+        return 0 if got == want else 1
+    if args.check_out:
+        problems = check_out(Path(args.check_out))
+        for line in problems:
+            print(f"FAIL {line}", file=sys.stderr)
+        files = sorted(p.name for p in Path(args.check_out).rglob("*") if p.is_file())
+        print(f"{args.check_out}: {len(files)} files ({', '.join(files)}); "
+              + ("all come back" if not problems else f"{len(problems)} problems"))
+        return 1 if problems else 0
+    if args.preflight:
+        problems = preflight(args.preflight, args.arch)
+        for line in problems:
+            print(f"MISSING {line}", file=sys.stderr)
+        print(f"preflight {args.preflight}: {'ok' if not problems else f'{len(problems)} problems'}")
+        return 1 if problems else 0
+    if args.list or not args.stage:
+        print(list_text())
+        return 0
+    try:
+        get_stage(args.stage)
+    except KeyError as exc:
+        print(f"attnlab.session: {exc.args[0]}", file=sys.stderr)
+        return 2
+    run = run_stage(args.stage, Path(args.out).resolve(), rehearse=args.rehearse, deadline_s=args.deadline,
+                    echo=lambda line: print(line, flush=True))
+    return 1 if run.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

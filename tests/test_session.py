@@ -1,0 +1,184 @@
+"""The staged GPU session (attnlab.session, scripts/gpu_session.sh) without a GPU: the stages and
+their minutes, the order of the kernels, the process isolation, the archives and what comes back."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from attnlab import registry, session
+from attnlab.paths import repo_root
+from attnlab.shapes import CH07_TARGET_SHAPES, MISSION, Shape
+
+ROOT = repo_root()
+
+
+def test_list_shows_every_stage_with_minutes_under_the_lease():
+    out = subprocess.run(["bash", "scripts/gpu_session.sh", "--list"], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout
+    for stage in session.STAGES:
+        assert re.search(rf"^{stage.name}\s+~{stage.minutes:g} min on an H100\s+\S", out, re.M), out
+        assert stage.minutes <= 8, f"{stage.name} is predicted past the 8 minutes a stage may take"
+    assert sum(s.minutes for s in session.STAGES) < 25
+    assert {"check", "bench", "sanitize", "book", "extras"} <= {s.name for s in session.STAGES}
+
+
+def test_riskiest_kernels_first_variants_last():
+    order = [s.id for s in session.risk_order()]
+    assert sorted(order) == sorted(registry.KERNELS)
+    assert order[:3] == ["07_mma", "06_warp_specialized", "05_wmma"]
+    variants = [s.id for s in registry.select(None) if s.variant_of]
+    assert set(variants) == {"07_mma_noswizzle", "07_mma_single_buffer"} | {
+        k for k in registry.KERNELS if k.startswith("06_ws_")}
+    assert order[-len(variants):] == [k for k in order if k in variants]
+
+
+def test_check_and_sanitize_give_each_kernel_its_own_process():
+    ctx = session.Context()
+    check = session.plan_check(ctx)
+    kernels = [s for s in check if s.kernel]
+    assert [s.kernel for s in kernels] == [s.id for s in session.risk_order()]
+    assert all(s.argv[-1] == s.kernel and "check" in s.argv for s in kernels)
+    # The GPU tests come after, without repeating the suite.
+    assert check[-1].name == "pytest-gpu" and "not test_check_suite" in check[-1].argv
+    sanitize = session.plan_sanitize(ctx)
+    assert len(sanitize) == len(registry.KERNELS) * 3
+    assert {s.argv[-1] for s in sanitize} == {"memcheck", "racecheck", "synccheck"}
+
+
+def test_bench_times_only_probed_kernels_at_chapter_7s_own_target_shapes():
+    steps = session.plan_bench(session.Context())
+    probes = [s for s in steps if s.name.startswith("probe-")]
+    assert len(probes) == len(registry.KERNELS) and all("--probe" in s.argv for s in probes)
+    timed = [s for s in steps if s.name.startswith("bench-")]
+    assert timed and all("--only-probed" in s.argv for s in timed)
+    assert steps.index(timed[0]) > max(steps.index(p) for p in probes)
+    # The shapes chapter 7 plots are the ones the stage times.
+    nb = json.loads((ROOT / "book" / "ch07_mma_swizzle.ipynb").read_text())
+    cell = next("".join(c["source"]) for c in nb["cells"] if "TARGETS = [" in "".join(c["source"]))
+    page = {MISSION} | {Shape(*map(int, m)) for m in re.findall(r"Shape\((\d+), (\d+), (\d+), (\d+)\)", cell)}
+    assert page == set(CH07_TARGET_SHAPES)
+    argv = next(s.argv for s in timed if s.name == "bench-ch07-targets")
+    given = {Shape(*map(int, argv[i + 1:i + 5])) for i, a in enumerate(argv) if a == "--shape"}
+    assert given == set(CH07_TARGET_SHAPES)
+
+
+def test_book_and_extras_execute_every_page_once_reusing_records():
+    ctx = session.Context()
+    book, extras = session.plan_book(ctx), session.plan_extras(ctx)
+    stems = {p.stem for p in (ROOT / "book").glob("*.ipynb")}
+    names = [s.name.removeprefix("book-") for s in book + extras]
+    assert sorted(names) == sorted(stems)
+    assert {s.name.removeprefix("book-") for s in extras} == set(session.MEASURING_PAGES)
+    assert all(dict(s.env).get("ATTNLAB_REUSE_RECORDS") == "1" and s.alone for s in book + extras)
+    assert all("--full" in s.argv for s in book) and not any("--full" in s.argv for s in extras)
+
+
+@pytest.mark.parametrize("argv", [
+    ["check", "07_mma"],
+    ["check", "07_mma", "--probe", "--no-record"],
+    ["bench", "07_mma", "05_wmma", "--only-probed", "--shape", "4", "16", "4096", "64"],
+    ["sanitize", "06_warp_specialized", "--tool", "memcheck"],
+])
+def test_gpu_commands_of_the_plans_parse_and_refuse_cleanly_without_a_gpu(argv):
+    proc = subprocess.run([sys.executable, "-m", "attnlab", *argv], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and session.NO_GPU_LINE in proc.stderr, proc.stderr
+
+
+def test_a_hang_and_a_fault_are_recorded_and_the_stage_goes_on(tmp_path):
+    outcomes = session.isolation_demo(tmp_path)
+    assert [o.status for o in outcomes] == ["timeout", "fault", "ok"]
+    assert outcomes[0].seconds < 15
+
+
+def test_lone_steps_never_share_the_gpu(tmp_path):
+    sleep = _py("import time; time.sleep(0.6)")
+    t0 = time.monotonic()
+    session.run_steps([session.Step(f"p{i}", sleep, 30) for i in range(3)], tmp_path, dict(os.environ), parallel=3)
+    together = time.monotonic() - t0
+    t0 = time.monotonic()
+    session.run_steps([session.Step(f"a{i}", sleep, 30, alone=True) for i in range(3)], tmp_path, dict(os.environ),
+                      parallel=3)
+    alone = time.monotonic() - t0
+    assert alone >= 1.8 and together < alone - 0.6
+
+
+def test_classify():
+    assert session.classify(0, False, "", False, True) == "ok"
+    assert session.classify(-11, False, "Segmentation fault", False, True) == "crashed"
+    assert session.classify(1, False, "RuntimeError: CUDA error: an illegal memory access", False, True) == "fault"
+    assert session.classify(1, False, "AssertionError", False, True) == "failed"
+    no_gpu = "attnlab check: no CUDA GPU here (torch.cuda.is_available() is False)"
+    assert session.classify(2, False, no_gpu, True, True) == "no gpu"
+    assert session.classify(2, False, no_gpu, False, True) == "failed"   # on a GPU machine it is a failure
+    assert session.classify(2, False, "usage: python -m attnlab", True, True) == "failed"
+    assert session.classify(None, True, "", False, True) == "timeout"
+
+
+def _py(code: str) -> tuple[str, ...]:
+    return (sys.executable, "-c", code)
+
+
+def test_a_stage_packs_one_archive_and_ends_with_its_failures(tmp_path):
+    steps = [session.Step("fine", _py("print('ok')"), 30, kernel="01_scalar"),
+             session.Step("broken", _py("import sys; print('boom'); sys.exit(3)"), 30, kernel="02_block_tiling"),
+             session.Step("record", _py("import os, pathlib; d = pathlib.Path(os.environ['ATTNLAB_RESULTS'], 'gpu');"
+                                        "d.mkdir(parents=True); (d / 'r.json').write_text('{}')"), 30)]
+    lines = []
+    run = session.run_stage("check", tmp_path / "out", work_root=tmp_path / "work", steps=steps, echo=lines.append)
+    assert [o.status for o in run.outcomes] == ["ok", "failed", "ok"]
+    assert [a.name for a in run.archives] == ["check.tar.gz"]
+    with tarfile.open(run.archives[0]) as tar:
+        names = set(tar.getnames())
+        summary = json.loads(tar.extractfile("check/summary.json").read())
+    assert {"check/summary.json", "check/logs/fine.log", "check/logs/broken.log",
+            "check/results/gpu/r.json"} <= names
+    assert [s["status"] for s in summary["steps"]] == ["ok", "failed", "ok"]
+    last = lines[-1]
+    assert "1 failed" in last and "broken" in last.splitlines()[-1] and "boom" in last.splitlines()[-1]
+    assert session.check_out(tmp_path / "out") == []
+
+
+def test_no_step_starts_after_the_deadline(tmp_path):
+    steps = [session.Step(f"s{i}", _py("import time; time.sleep(0.5)"), 30, alone=True) for i in range(3)]
+    run = session.run_stage("check", tmp_path / "out", work_root=tmp_path / "work", steps=steps, deadline_s=0.2,
+                            echo=lambda line: None)
+    assert [o.status for o in run.outcomes] == ["ok", "not started", "not started"]
+
+
+def test_a_large_stage_splits_into_archives_that_each_come_back(tmp_path, monkeypatch):
+    monkeypatch.setattr(session, "MAX_ARCHIVE_BYTES", 64 * 1024)
+    work = tmp_path / "work"
+    (work / "logs").mkdir(parents=True)
+    (work / "book").mkdir()
+    for i in range(3):
+        (work / "book" / f"p{i}.ipynb").write_bytes(bytes(range(256)) * 128)  # 32 KiB each
+    archives = session.pack(work, tmp_path / "out", "book")
+    assert len(archives) >= 2 and all(a.stat().st_size <= 64 * 1024 for a in archives)
+    with_names = [set(tarfile.open(a).getnames()) for a in archives]
+    assert set().union(*with_names) >= {f"book/book/p{i}.ipynb" for i in range(3)}
+
+
+def test_check_out_refuses_what_would_not_come_back(tmp_path):
+    for i in range(9):
+        (tmp_path / f"f{i}.log").write_text("x")
+    (tmp_path / "bad name.txt").write_text("x")
+    problems = session.check_out(tmp_path)
+    assert any("over the 8" in p for p in problems)
+    assert any("bad name.txt" in p for p in problems)
+
+
+def test_preflight_names_a_missing_module_and_missing_cubins(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
+    monkeypatch.setitem(session.STAGE_NEEDS, "check", (("attnlab", "no_such_module_here"), ()))
+    problems = session.preflight("check", arch="sm_90")
+    assert any("no_such_module_here" in p for p in problems)
+    assert any("no sm_90 cubin" in p and "07_mma" in p for p in problems)
