@@ -1,5 +1,5 @@
 """`python -m attnlab`: list, inspect, check, bench, sanitize, search, tuned, profile,
-verify-results, report."""
+verify-results, import-evidence, report, mutate, prebuild."""
 from __future__ import annotations
 
 import argparse
@@ -328,6 +328,31 @@ def cmd_verify(args) -> int:
     return 0 if v.ok else 1
 
 
+def cmd_prebuild(args) -> int:
+    """Every cubin a GPU session loads, built here into attnlab's cache (ATTNLAB_CACHE)."""
+    from .compile import KernelBuildError
+    from .paths import cache_dir
+    from .prebuild import prebuild
+
+    try:
+        failures = prebuild(args.arch)
+    except KernelBuildError as exc:
+        print(f"attnlab prebuild: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+    for f in failures:
+        print(f"FAIL {f}", file=sys.stderr)
+    cubins = list((cache_dir() / "cubin").glob(f"*-{args.arch}.cubin"))
+    print(f"{len(cubins)} cubins for {args.arch} in {cache_dir()}, "
+          f"{sum(p.stat().st_size for p in cubins) / 2**20:.1f} MiB")
+    return 1 if failures else 0
+
+
+def cmd_import_evidence(args) -> int:
+    from .evidence import main as import_main
+
+    return import_main(args.archives, run_nbval=not args.no_nbval)
+
+
 def _print_report(as_json) -> None:
     from .results import report_rows
 
@@ -417,6 +442,16 @@ def main(argv=None) -> int:
     sp.add_argument("--child", metavar="KERNEL", help=argparse.SUPPRESS)
     sp.set_defaults(fn=cmd_profile)
     sub.add_parser("verify-results", help="records well formed and fresh (no GPU needed)").set_defaults(fn=cmd_verify)
+    sp = sub.add_parser("prebuild", help="build every cubin a GPU session loads into attnlab's cache "
+                                         "(ATTNLAB_CACHE), with this machine's nvcc (no GPU needed)")
+    sp.add_argument("--arch", default="sm_90", help="the GPU's target (default: sm_90, the H100's and H200's)")
+    sp.set_defaults(fn=cmd_prebuild)
+    sp = sub.add_parser("import-evidence", help="bring a GPU session's archives into this checkout: records "
+                                                "(refused if the kernels changed) and executed notebooks, then "
+                                                "verify-results and nbval")
+    sp.add_argument("archives", nargs="+", metavar="ARCHIVE", help="<stage>.tar.gz files of attnlab.session")
+    sp.add_argument("--no-nbval", action="store_true", help="skip nbval over the imported notebooks")
+    sp.set_defaults(fn=cmd_import_evidence)
     sp = sub.add_parser("report", help="kernel vs fastest SDPA backend from the freshest records")
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(fn=cmd_report)

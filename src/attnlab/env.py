@@ -85,13 +85,21 @@ def _driver_version() -> str | None:
 
 
 def git_commit() -> dict:
-    """The commit a run measured, and whether the tree had uncommitted changes."""
+    """The commit a run measured, and whether the tree had uncommitted changes. A copy of the tree
+    without .git (a GPU machine's) takes them from ATTNLAB_GIT_COMMIT and ATTNLAB_GIT_DIRTY, which
+    scripts/gpu_prepare.sh stamps where the repository is."""
+    import os
+
     def git(*args):
         return subprocess.run(["git", *args], cwd=repo_root(), capture_output=True, text=True, timeout=20)
     try:
         head = git("rev-parse", "HEAD")
         dirty = git("status", "--porcelain", "--", "kernels", "src")
     except (OSError, subprocess.TimeoutExpired):
-        return {"commit": None, "dirty": None}
-    return {"commit": head.stdout.strip() or None if head.returncode == 0 else None,
+        head = dirty = None
+    if head is None or head.returncode != 0:
+        stamped = os.environ.get("ATTNLAB_GIT_COMMIT") or None
+        flag = os.environ.get("ATTNLAB_GIT_DIRTY")
+        return {"commit": stamped, "dirty": None if flag is None else flag == "1"}
+    return {"commit": head.stdout.strip() or None,
             "dirty": bool(dirty.stdout.strip()) if dirty.returncode == 0 else None}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Everything a GPU session needs that its machine lacks, made here (network and nvcc, no GPU):
+#   .whl/            the Python wheels the stages import and the GPU image does not hold
+#   .attnlab-cache/  the sm_90 cubins of every kernel (and of the searched configurations), built
+#                    by this nvcc, so that no stage waits on a compiler
+# Both are ignored by git and carried to the GPU machine with the working tree; the whole must stay
+# under the 64 MiB the machine accepts. Run from the repository (after scripts/setup_env.sh).
+#   bash scripts/gpu_prepare.sh [ARCH]        # ARCH: sm_90 (H100, H200) by default
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ARCH=${1:-sm_90}
+PY=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
+bash scripts/fetch_device_wheels.sh
+ATTNLAB_CACHE=$PWD/.attnlab-cache PYTHONPATH=$PWD/src "$PY" -m attnlab prebuild --arch "$ARCH"
+# The commit the carried tree is at, for records made in a copy that has no .git.
+{ echo "ATTNLAB_GIT_COMMIT=$(git rev-parse HEAD)"
+  echo "ATTNLAB_GIT_DIRTY=$([ -z "$(git status --porcelain -- kernels src)" ] && echo 0 || echo 1)"; } > .attnlab-cache/git.env
+tree_bytes=$(git ls-files -z --cached --others --exclude-standard | xargs -0 -r du -cb 2>/dev/null | tail -1 | cut -f1)
+carry_bytes=$(du -cb .whl .attnlab-cache | tail -1 | cut -f1)
+total=$((tree_bytes + carry_bytes))
+echo "working tree $((tree_bytes / 1048576)) MiB + carried .whl and .attnlab-cache $((carry_bytes / 1048576)) MiB" \
+     "= $((total / 1048576)) MiB of the 64 MiB limit"
+[ "$total" -lt $((60 * 1048576)) ] || { echo "too much to carry: over 60 MiB" >&2; exit 1; }
+echo 'carry: [".whl", ".attnlab-cache"]'

@@ -1,0 +1,55 @@
+"""Build, ahead of time and on a machine without a GPU, every cubin a GPU session will load.
+
+The cubins land in attnlab's cache (ATTNLAB_CACHE), under the very names `attnlab.compile` looks
+for on the GPU (source hash, configuration, target), so a GPU that finds them never waits on nvcc.
+The nvcc here must be the one the GPU's driver accepts (a cubin from a newer toolkit than the
+driver does not load). Chapter 8's search also reads ptxas's report of each configuration through
+the same cache; building it here saves the GPU those builds too.
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+from . import registry
+
+# What the session's extras stage searches: (kernel, head dim).
+SEARCHED = (("07_mma", 64),)
+
+
+def jobs(arch: str, searched=SEARCHED) -> list[registry.KernelSpec]:
+    """Every registered kernel, then every configuration of the searched kernels that the
+    arithmetic rules let through."""
+    from . import search
+
+    specs = list(registry.select(None))
+    for kid, D in searched:
+        base = registry.get(kid)
+        specs += [base.with_config(c) for c in search.space(kid, D) if c != base.tuning.defaults]
+    return specs
+
+
+def prebuild(arch: str, searched=SEARCHED, workers: int | None = None, progress: bool = True) -> list[str]:
+    """Build what is missing; returns the failures (one line each)."""
+    import os
+
+    from tqdm import tqdm
+
+    from .compile import KernelBuildError, cubin_path, nvcc_cubin
+    from .search import static_space
+
+    def one(spec) -> str | None:
+        if cubin_path(spec, arch).exists():
+            return None
+        try:
+            nvcc_cubin(spec, arch)
+        except KernelBuildError as exc:
+            return f"{spec.id} {spec.config_label() if spec.defines else ''}: {str(exc).splitlines()[0]}"
+        return None
+
+    work = jobs(arch, searched)
+    with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 2) as pool:
+        failures = [f for f in tqdm(pool.map(one, work), total=len(work), desc=f"cubins {arch}", unit="build",
+                                    disable=not progress) if f]
+    for kid, D in searched:  # ptxas's reports, read by the search's static gate on the GPU
+        static_space(kid, D, arch, workers=workers, progress=progress)
+    return failures
