@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import io
+import os
 
 from . import registry
 from .env import has_gpu
@@ -121,6 +122,47 @@ def fresh_records(kind: str, kernel_id: str) -> list[dict]:
     return sorted(recs, key=lambda r: lookup(r["gpu"]["name"]) != by_key(REFERENCE_GPU))
 
 
+def only_kernels(rec: dict, kernel_ids) -> dict:
+    """A copy of a bench record reduced to `kernel_ids` (a session's record times every kernel)."""
+    out = copy.deepcopy(rec)
+    out["kernels"] = {kid: meta for kid, meta in out["kernels"].items() if kid in kernel_ids}
+    for case in out["cases"]:
+        case["kernels"] = {kid: e for kid, e in case["kernels"].items() if kid in kernel_ids}
+    return out
+
+
+def reuse_records() -> bool:
+    """True when a GPU session's book stage asks the pages to take this GPU's fresh records
+    (measured by its check and bench stages a few minutes earlier) instead of measuring again."""
+    return os.environ.get("ATTNLAB_REUSE_RECORDS", "") == "1" and has_gpu()
+
+
+def _this_gpu(records: list[dict]) -> list[dict]:
+    """The records measured on the GPU at hand, newest first."""
+    name = device_name()
+    return sorted((r for r in records if r["gpu"]["name"] == name), key=lambda r: r["created_utc"], reverse=True)
+
+
+def reusable_check(kernel_id: str, seeds) -> dict | None:
+    """The newest fresh check record of `kernel_id` on this GPU that ran every seed asked for."""
+    for rec in _this_gpu(fresh_records("check", kernel_id)):
+        if set(seeds) <= {c["seed"] for c in rec["cases"] if c["kernel"] == kernel_id}:
+            return rec
+    return None
+
+
+def reusable_bench(kernel_ids: list[str], shapes) -> dict | None:
+    """The newest fresh bench record on this GPU holding every kernel's check (and time, where it
+    passed) at every shape, causal and not."""
+    from .plot import find_case
+
+    for rec in _this_gpu(fresh_records("bench", kernel_ids[0])):
+        cases = [find_case(rec, s, c) for s in shapes for c in (False, True)]
+        if all(case and all("check" in case["kernels"].get(k, {}) for k in kernel_ids) for case in cases):
+            return rec
+    return None
+
+
 def _stale_note(kind: str, kernel_id: str) -> str:
     from .results import load_records
 
@@ -179,6 +221,15 @@ def check(kernel_id: str, quick: bool = True, save: bool = False):
     spec = registry.get(kernel_id)
     if has_gpu():
         seeds = CHECK_SEEDS[:1] if quick else CHECK_SEEDS
+        rec = reusable_check(kernel_id, seeds) if reuse_records() else None
+        if rec is not None:
+            results = [CaseResult(**{**c, "shape": tuple(c["shape"])}) for c in rec["cases"]
+                       if c["kernel"] == kernel_id and c["seed"] in seeds]
+            print(f"Checked on this GPU in this session:\n  {record_label(rec)}")
+            print(format_table(results))
+            failed = [r for r in results if not r.passed]
+            assert not failed, f"{len(failed)} cases failed"
+            return results
         results = run_suite([spec], seeds=seeds, progress=False)
         print(f"Checked now on {device_name()}:")
         print(format_table(results))
@@ -251,10 +302,15 @@ def _measure_now(kernel_ids: list[str], shapes, quick: bool, save: bool) -> dict
     from .bench import failed_cases, run_bench
     from .results import write_record
 
-    rec = run_bench([registry.get(k) for k in kernel_ids], shapes, quick=quick, progress=False)
-    print(f"Measured now:\n  {record_label(rec)}")
-    if save:
-        print(f"record: {write_record(rec)}")
+    rec = reusable_bench(kernel_ids, shapes) if reuse_records() else None
+    if rec is not None:
+        rec = only_kernels(rec, kernel_ids)
+        print(f"Measured on this GPU in this session:\n  {record_label(rec)}")
+    else:
+        rec = run_bench([registry.get(k) for k in kernel_ids], shapes, quick=quick, progress=False)
+        print(f"Measured now:\n  {record_label(rec)}")
+        if save:
+            print(f"record: {write_record(rec)}")
     failed = failed_cases(rec)
     assert not failed, f"wrong output, so these times are no result: {failed}"
     return rec
