@@ -144,16 +144,19 @@ def plan_sanitize(ctx: Context) -> list[Step]:
 
 
 # The pages that measure what no other stage does (chapter 8's timed search, the appendix's Nsight
-# Compute counters and compute-sanitizer runs, the scoreboard with the Triton reference): they run
-# in the extras stage with their quick settings, which keep each inside its step's timeout.
+# Compute counters and compute-sanitizer runs, the scoreboard with the Triton reference): the
+# extras stage runs them.
 MEASURING_PAGES = ("ch08_search", "appendix_profiling", "ch09_scoreboard")
 
 
-def _page_step(ctx: Context, stem: str, full: bool) -> Step:
+def _page_step(ctx: Context, stem: str) -> Step:
+    """One page through tools/run_book.py with its default parameters (what nbval re-executes them
+    with: a cell that prints a parameter's effect must match), saving the records it makes. Its
+    quick settings keep it inside the step's timeout; where a page reuses the session's records,
+    those are the full runs of the check and bench stages."""
     run_book = str(repo_root() / "tools" / "run_book.py")
-    argv = (ctx.python, run_book, stem, "--save-results") + (("--full",) if full else ())
-    return Step(f"book-{stem}", argv, timeout_s=300, gpu=False, alone=True,
-                env=(("ATTNLAB_REUSE_RECORDS", "1"),))
+    return Step(f"book-{stem}", (ctx.python, run_book, stem, "--save-results"), timeout_s=300, gpu=False,
+                alone=True, env=(("ATTNLAB_REUSE_RECORDS", "1"),))
 
 
 def _pages() -> list[str]:
@@ -166,23 +169,23 @@ def _pages() -> list[str]:
 
 
 def plan_book(ctx: Context) -> list[Step]:
-    """Every other page executed by papermill with its full settings, one page per process; on the
+    """Every other page executed by papermill, one page per process; on the
     GPU a page takes its check and timings from this commit's fresh records of the same GPU where
     they exist (ATTNLAB_REUSE_RECORDS: the check and bench stages wrote them minutes earlier)
     rather than measuring a second time, and measures live otherwise."""
-    return [_page_step(ctx, stem, full=True) for stem in _pages() if stem not in MEASURING_PAGES]
+    return [_page_step(ctx, stem) for stem in _pages() if stem not in MEASURING_PAGES]
 
 
 def plan_extras(ctx: Context) -> list[Step]:
     """The measuring pages, executed by papermill: chapter 8's timed search of 07_mma, the appendix's
     Nsight Compute counters and sanitizer runs, the scoreboard (every kernel, the Triton reference)."""
     pages = _pages()
-    return [_page_step(ctx, stem, full=False) for stem in MEASURING_PAGES if stem in pages]
+    return [_page_step(ctx, stem) for stem in MEASURING_PAGES if stem in pages]
 
 
 # What each stage's children import and run: a missing one fails the preflight, the first step of
 # every stage, on the device and in the rehearsal alike (where the GPU commands stop early).
-STAGE_NEEDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {  # stage: (modules, programs)
+STAGE_NEEDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {  # stage: (modules, GPU programs)
     "check": (("torch", "cupy", "numpy", "tqdm", "pytest", "triton", "attnlab.check", "attnlab.launch",
                "attnlab.reference", "attnlab.compile", "attnlab.search", "attnlab.triton_ref"), ()),
     "bench": (("torch", "cupy", "numpy", "tqdm", "triton", "attnlab.bench", "attnlab.check", "attnlab.launch",
@@ -193,8 +196,22 @@ STAGE_NEEDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {  # stage: (m
                 "attnlab.triton_ref"), ("ncu", "compute-sanitizer")),
     "book": (("torch", "cupy", "numpy", "matplotlib", "tqdm", "yaml", "nbformat", "nbclient", "papermill",
               "ipykernel", "IPython", "nbval", "jupytext", "myst_nb", "attnlab.book", "attnlab.plot",
-              "attnlab.executor"), ("g++",)),
+              "attnlab.executor"), ()),
 }
+# Programs the pages run with or without a GPU: nvcc and cuobjdump for the static inspection, the
+# host compiler for the CPU executor.
+STAGE_TOOLS: dict[str, tuple[str, ...]] = {"extras": ("nvcc", "cuobjdump"), "book": ("nvcc", "cuobjdump", "g++")}
+
+
+def _tool_missing(name: str) -> bool:
+    if name == "cuobjdump":  # also found in the nvidia-cuda-cuobjdump wheel, off PATH
+        from .static import ToolMissing, cuobjdump_path
+        try:
+            cuobjdump_path()
+        except ToolMissing:
+            return True
+        return False
+    return shutil.which(name) is None
 
 
 def preflight(stage: str, arch: str | None = None) -> list[str]:
@@ -214,8 +231,8 @@ def preflight(stage: str, arch: str | None = None) -> list[str]:
         except Exception as exc:  # noqa: BLE001 - any failure to import is the finding
             problems.append(f"import {name}: {type(exc).__name__}: {exc}")
     gpu = has_gpu()
-    if gpu:
-        problems += [f"{p} is not on PATH" for p in programs if shutil.which(p) is None]
+    tools = STAGE_TOOLS.get(stage, ()) + (programs if gpu else ())
+    problems += [f"{p} is not on PATH" for p in tools if _tool_missing(p)]
     if arch is None and gpu:
         from .compile import _device_arch
         arch = _device_arch()
@@ -390,6 +407,7 @@ def run_stage(name: str, out_dir: Path, work_root: Path | None = None, rehearse:
     env["ATTNLAB_SESSION_WORK"] = str(work)
     results_before = _results_snapshot()
     pages_before = _pages_snapshot()
+    partial_before = _partial_snapshot()
     if stage.redirect_results:
         env["ATTNLAB_RESULTS"] = str(work / "results")
     plan = [_preflight_step(ctx, name), *stage.plan(ctx)] if steps is None else steps
@@ -405,6 +423,7 @@ def run_stage(name: str, out_dir: Path, work_root: Path | None = None, rehearse:
     if not stage.redirect_results:
         _copy_new_results(results_before, work / "results")
     _copy_changed_pages(pages_before, work / "book")
+    _copy_changed_pages(partial_before, work / "failed-pages", _partial_snapshot)
     summary = {"stage": name, "rehearsal": rehearse, "gpu": _gpu_name(), "git": git_commit(),
                "finished_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                "seconds": run.seconds, "predicted_minutes": stage.minutes,
@@ -436,11 +455,18 @@ def _pages_snapshot() -> dict[Path, bytes]:
     return {p: p.read_bytes() for p in (repo_root() / "book").glob("*.ipynb")}
 
 
-def _copy_changed_pages(before: dict[Path, bytes], dest: Path) -> None:
-    """The pages tools/run_book.py rewrote (it writes back only a page that ran without error)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    for path, old in before.items():
-        if path.exists() and path.read_bytes() != old:
+def _partial_snapshot() -> dict[Path, bytes | None]:
+    """tools/run_book.py leaves a failed page's partial output here (None: not there yet)."""
+    folder = repo_root() / "_build" / "run_book"
+    return {p: p.read_bytes() for p in folder.glob("*.ipynb")} if folder.exists() else {}
+
+
+def _copy_changed_pages(before: dict, dest: Path, now: Callable[[], dict] = _pages_snapshot) -> None:
+    """The pages that changed during the stage: those tools/run_book.py rewrote (it writes back only
+    a page that ran without error), or the partial output of a page that failed."""
+    for path, data in now().items():
+        if before.get(path) != data:
+            dest.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, dest / path.name)
 
 
