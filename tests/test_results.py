@@ -97,3 +97,12 @@ def test_record_files_are_sorted_json(results):
     path = write_record(synthetic_record())
     text = path.read_text()
     assert json.loads(text)["kind"] == "bench" and text.endswith("\n")
+
+
+def test_records_of_one_second_never_overwrite_each_other(tmp_path):
+    """A GPU session's parallel check and sanitize processes finish within the same second."""
+    first = write_record(synthetic_record(), tmp_path)
+    second = write_record(synthetic_record(), tmp_path)
+    assert first != second and first.exists() and second.exists()
+    assert first.name == "20260101T000000Z-bench-01_scalar.json"
+    assert second.name == "20260101T000000Z-bench-01_scalar-2.json"

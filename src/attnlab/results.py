@@ -64,10 +64,21 @@ def write_record(record: dict, root: Path | None = None) -> Path:
         raise ValueError("refusing to write a malformed record: " + "; ".join(problems))
     root = root or results_dir()
     stamp = record["created_utc"].replace(":", "").replace("-", "")
-    path = root / gpu_slug(record["gpu"]["name"]) / f"{stamp}-{record['kind']}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-    return path
+    # One kernel's record names it: a GPU session checks and sanitizes kernels in parallel
+    # processes, which finish within the same second.
+    kernel = f"-{next(iter(record['kernels']))}" if len(record["kernels"]) == 1 else ""
+    folder = root / gpu_slug(record["gpu"]["name"])
+    folder.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(record, indent=1, sort_keys=True) + "\n"
+    for n in range(1, 1000):  # never over another record: "x" creates or fails
+        path = folder / f"{stamp}-{record['kind']}{kernel}{'' if n == 1 else f'-{n}'}.json"
+        try:
+            with open(path, "x") as f:
+                f.write(text)
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{folder}: a thousand records named {stamp}-{record['kind']}{kernel}")
 
 
 def validate_record(rec) -> list[str]:
