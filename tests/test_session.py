@@ -47,7 +47,7 @@ def test_check_and_sanitize_give_each_kernel_its_own_process():
     assert [s.kernel for s in kernels] == [s.id for s in session.risk_order()]
     assert all(s.argv[-1] == s.kernel and "check" in s.argv for s in kernels)
     # The GPU tests come after, without repeating the suite.
-    assert check[-1].name == "pytest-gpu" and "not test_check_suite" in check[-1].argv
+    assert check[-1].name == "pytest-gpu" and "not test_check_suite" in " ".join(check[-1].argv)
     sanitize = session.plan_sanitize(ctx)
     assert len(sanitize) == len(registry.KERNELS) * 3
     assert {s.argv[-1] for s in sanitize} == {"memcheck", "racecheck", "synccheck"}
@@ -183,3 +183,27 @@ def test_preflight_names_a_missing_module_and_missing_cubins(tmp_path, monkeypat
     problems = session.preflight("check", arch="sm_90")
     assert any("no_such_module_here" in p for p in problems)
     assert any("no sm_90 cubin" in p and "07_mma" in p for p in problems)
+
+
+def test_no_step_runs_past_the_hard_end(tmp_path, monkeypatch):
+    monkeypatch.setattr(session, "MIN_STEP_S", 1)
+    steps = [session.Step("long", _py("import time; time.sleep(60)"), 50, alone=True),
+             session.Step("next", _py("print('late')"), 30, alone=True)]
+    t0 = time.monotonic()
+    run = session.run_stage("check", tmp_path / "out", work_root=tmp_path / "work", steps=steps, deadline_s=1,
+                            hard_end_s=3, echo=lambda line: None)
+    assert [o.status for o in run.outcomes] == ["timeout", "not started"]
+    assert time.monotonic() - t0 < 20
+    assert json.loads(tarfile.open(run.archives[0]).extractfile("check/summary.json").read())["complete"]
+
+
+def test_preflight_on_a_gpu_reads_the_gpus_target(tmp_path, monkeypatch):
+    import attnlab.compile
+    import attnlab.env
+
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
+    monkeypatch.setattr(attnlab.env, "has_gpu", lambda: True)
+    monkeypatch.setattr(attnlab.compile, "_device_index", lambda device=None: 0)
+    monkeypatch.setattr(attnlab.compile, "_device_arch", lambda index: "sm_90")
+    monkeypatch.setitem(session.STAGE_NEEDS, "check", (("attnlab",), ()))
+    assert any("no sm_90 cubin" in p for p in session.preflight("check"))

@@ -39,7 +39,9 @@ from .paths import repo_root
 MAX_ARCHIVE_BYTES = 16 * 2**20
 MAX_FILES_BACK = 8
 LOG_TAIL_BYTES = 256 * 1024          # each log is cut to its end in the archive
-STAGE_DEADLINE_S = 7.5 * 60          # no step starts after this: a stage ends inside 8 minutes
+STAGE_DEADLINE_S = 7.5 * 60          # no step starts after this
+HARD_END_S = 9 * 60                  # every step is killed by then: inside the 10-minute command
+MIN_STEP_S = 30                      # a step with less time than this left is not started
 NO_GPU_LINE = "no CUDA GPU here"     # how every GPU command of attnlab refuses without a GPU
 # A CUDA fault in a child's output: the process died of its kernel, not of its Python.
 FAULT_PATTERNS = re.compile(
@@ -108,8 +110,11 @@ def plan_check(ctx: Context) -> list[Step]:
     tests but the suite itself (configured kernels, a small search, the Triton reference, ncu)."""
     steps = [Step(f"check-{s.id}", _attnlab(ctx, "check", s.id), timeout_s=150, kernel=s.id)
              for s in risk_order()]
-    steps.append(Step("pytest-gpu", (ctx.python, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
-                                     "-k", "not test_check_suite", str(repo_root() / "tests")),
+    # Not the suite again, and not the configured kernels: that test builds the whole knob space
+    # with nvcc; chapter 8's page checks every configuration its search times.
+    steps.append(Step("pytest-gpu", (ctx.python, "-m", "pytest", "-v", "-m", "gpu", "-p", "no:cacheprovider",
+                                     "-k", "not test_check_suite and not test_configured_kernels_pass_the_check",
+                                     str(repo_root() / "tests")),
                       timeout_s=180, gpu=False, alone=True))
     return steps
 
@@ -234,8 +239,8 @@ def preflight(stage: str, arch: str | None = None) -> list[str]:
     tools = STAGE_TOOLS.get(stage, ()) + (programs if gpu else ())
     problems += [f"{p} is not on PATH" for p in tools if _tool_missing(p)]
     if arch is None and gpu:
-        from .compile import _device_arch
-        arch = _device_arch()
+        from .compile import _device_arch, _device_index
+        arch = _device_arch(_device_index())
     if arch and (not gpu or backend() == "nvcc"):
         missing = [s.id for s in registry.select(None) if not cubin_path(s, arch).exists()]
         if missing:
@@ -254,11 +259,11 @@ STAGES: tuple[Stage, ...] = (
                         "then the other GPU tests", plan_check, parallel=3),
     Stage("bench", 4.5, "a crash probe per kernel (4 at once), then timings next to every SDPA backend: "
                         "the mission shape, the sweep, chapter 7's targets", plan_bench, parallel=4),
-    Stage("sanitize", 3.5, "memcheck (no caching allocator), racecheck, synccheck on every kernel at small "
+    Stage("sanitize", 4.0, "memcheck (no caching allocator), racecheck, synccheck on every kernel at small "
                            "odd shapes, 6 processes at once", plan_sanitize, parallel=6),
     Stage("extras", 6.5, "chapter 8's timed search, Nsight Compute counters and the scoreboard with the Triton "
-                         "reference: their pages executed by papermill", plan_extras),
-    Stage("book", 5.0, "every other page executed by papermill, reusing this commit's fresh records",
+                         "reference: their pages executed by papermill", plan_extras, redirect_results=False),
+    Stage("book", 5.5, "every other page executed by papermill, reusing this commit's fresh records",
           plan_book, redirect_results=False),
 )
 
@@ -299,12 +304,17 @@ def classify(rc: int | None, timed_out: bool, text: str, rehearse: bool, gpu: bo
     return "fault" if FAULT_PATTERNS.search(text) else "failed"
 
 
-def run_step(step: Step, log_dir: Path, base_env: dict, rehearse: bool = False) -> Outcome:
-    """Run one child in a session of its own; past its timeout the whole process group is killed
-    (compute-sanitizer and ncu start children of their own). ATTNLAB_SESSION_TIMEOUT_SCALE
-    stretches every timeout (a rehearsal on a CPU is slower than the GPU at what the pages do)."""
+def run_step(step: Step, log_dir: Path, base_env: dict, rehearse: bool = False,
+             hard_end: float | None = None) -> Outcome:
+    """Run one child in a session of its own; past its timeout (and never past `hard_end`, a
+    time.monotonic()) the child and every process under it are killed (compute-sanitizer, ncu and
+    a Jupyter kernel start children of their own, some in sessions of their own).
+    ATTNLAB_SESSION_TIMEOUT_SCALE stretches every timeout (a rehearsal on a CPU is slower than the
+    GPU at what the pages do)."""
     log_path = log_dir / f"{step.name}.log"
     timeout = step.timeout_s * float(base_env.get("ATTNLAB_SESSION_TIMEOUT_SCALE", "1"))
+    if hard_end is not None:
+        timeout = min(timeout, hard_end - time.monotonic())
     t0 = time.monotonic()
     env = {**base_env, **dict(step.env)}
     with open(log_path, "wb") as log:
@@ -330,27 +340,49 @@ def run_step(step: Step, log_dir: Path, base_env: dict, rehearse: bool = False) 
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
+    """The child's process group and every descendant, wherever it moved (a Jupyter kernel runs in
+    a session of its own, and an ncu or compute-sanitizer it started would outlive the command)."""
+    try:
+        import psutil
+        descendants = psutil.Process(proc.pid).children(recursive=True)
+    except Exception:  # noqa: BLE001 - no psutil, or the child is gone: the group is what is left
+        descendants = []
     for sig in (signal.SIGTERM, signal.SIGKILL):
+        for p in descendants:
+            try:
+                p.send_signal(sig)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
-            return
+            pass
         try:
             proc.wait(timeout=5)
-            return
+            if not any(_alive(p) for p in descendants):
+                return
         except subprocess.TimeoutExpired:
             continue
 
 
+def _alive(p) -> bool:
+    try:
+        return p.is_running() and p.status() != "zombie"
+    except Exception:  # noqa: BLE001
+        return False
+
+
 def run_steps(steps: list[Step], log_dir: Path, base_env: dict, parallel: int = 1, rehearse: bool = False,
-              deadline: float | None = None, on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
-    """Every step, `parallel` at a time, none started after `deadline` (time.monotonic()); the
-    outcomes in the steps' order."""
+              deadline: float | None = None, on_done: Callable[[Outcome], None] | None = None,
+              hard_end: float | None = None) -> list[Outcome]:
+    """Every step, `parallel` at a time, none started after `deadline` or with less than MIN_STEP_S
+    left before `hard_end` (both time.monotonic()); the outcomes in the steps' order."""
     def one(step: Step) -> Outcome:
-        if deadline is not None and time.monotonic() > deadline:
+        now = time.monotonic()
+        if (deadline is not None and now > deadline) or (hard_end is not None and hard_end - now < MIN_STEP_S):
             out = Outcome(step.name, step.kernel, "not started", None, 0.0, "the stage's time was up")
         else:
-            out = run_step(step, log_dir, base_env, rehearse)
+            out = run_step(step, log_dir, base_env, rehearse, hard_end)
         if on_done:
             on_done(out)
         return out
@@ -392,8 +424,11 @@ def _gpu_name() -> str:
 
 def run_stage(name: str, out_dir: Path, work_root: Path | None = None, rehearse: bool = False,
               steps: list[Step] | None = None, deadline_s: float = STAGE_DEADLINE_S,
-              echo: Callable[[str], None] = print) -> StageRun:
-    """Run one stage and pack its archive(s) into `out_dir`. `steps` replaces the stage's plan (tests)."""
+              hard_end_s: float | None = None, echo: Callable[[str], None] = print) -> StageRun:
+    """Run one stage and pack its archive(s) into `out_dir`, after every step (what is under $OUT
+    comes back even when the command is killed) and at the end. `steps` replaces the stage's plan
+    (tests). No step runs past `hard_end_s` (default: HARD_END_S, or 90 s past a longer deadline)."""
+    import threading
     from .env import git_commit
 
     stage = get_stage(name)
@@ -413,23 +448,37 @@ def run_stage(name: str, out_dir: Path, work_root: Path | None = None, rehearse:
     plan = [_preflight_step(ctx, name), *stage.plan(ctx)] if steps is None else steps
     run = StageRun(name)
     t0 = time.monotonic()
+    hard_end = t0 + (hard_end_s if hard_end_s is not None else max(HARD_END_S, deadline_s + 90))
     echo(f"== stage {name}: {len(plan)} steps, {stage.parallel} at a time, predicted ~{stage.minutes:g} min")
+    header = {"stage": name, "rehearsal": rehearse, "gpu": _gpu_name(), "git": git_commit(),
+              "predicted_minutes": stage.minutes}
+    finished: list[Outcome] = []
+    lock = threading.Lock()
+
+    def collect(outcomes: list[Outcome], final: bool) -> None:
+        """Everything made so far into the archive; steps not yet finished are listed as such."""
+        if not stage.redirect_results:
+            _copy_new_results(results_before, work / "results")
+        _copy_changed_pages(pages_before, work / "book")
+        _copy_changed_pages(partial_before, work / "failed-pages", _partial_snapshot)
+        summary = {**header, "complete": final, "seconds": round(time.monotonic() - t0, 1),
+                   "finished_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                   "steps": [asdict(o) for o in outcomes]}
+        (work / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        archives = pack(work, out_dir, name)
+        for stale in set(out_dir.glob(f"{name}.*tar.gz")) - set(archives):  # an earlier split
+            stale.unlink()
+        run.archives = archives
 
     def done(o: Outcome) -> None:
         echo(f"   {o.status:<11} {o.seconds:6.1f} s  {o.step}")
+        with lock:
+            finished.append(o)
+            collect(list(finished), final=False)
 
-    run.outcomes = run_steps(plan, work / "logs", env, stage.parallel, rehearse, t0 + deadline_s, done)
+    run.outcomes = run_steps(plan, work / "logs", env, stage.parallel, rehearse, t0 + deadline_s, done, hard_end)
     run.seconds = round(time.monotonic() - t0, 1)
-    if not stage.redirect_results:
-        _copy_new_results(results_before, work / "results")
-    _copy_changed_pages(pages_before, work / "book")
-    _copy_changed_pages(partial_before, work / "failed-pages", _partial_snapshot)
-    summary = {"stage": name, "rehearsal": rehearse, "gpu": _gpu_name(), "git": git_commit(),
-               "finished_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-               "seconds": run.seconds, "predicted_minutes": stage.minutes,
-               "steps": [asdict(o) for o in run.outcomes]}
-    (work / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    run.archives = pack(work, out_dir, name)
+    collect(run.outcomes, final=True)
     echo(failure_table(run))
     return run
 
@@ -470,34 +519,41 @@ def _copy_changed_pages(before: dict, dest: Path, now: Callable[[], dict] = _pag
             shutil.copy2(path, dest / path.name)
 
 
+def _archived_bytes(path: Path) -> bytes:
+    """A file as it goes into the archive: a log cut to its last LOG_TAIL_BYTES (the file itself is
+    left alone: a running step may still be writing it)."""
+    data = path.read_bytes()
+    if path.suffix == ".log" and len(data) > LOG_TAIL_BYTES:
+        return f"[... {len(data) - LOG_TAIL_BYTES} bytes cut ...]\n".encode() + data[-LOG_TAIL_BYTES:]
+    return data
+
+
 def pack(work: Path, out_dir: Path, name: str) -> list[Path]:
-    """`work` as <name>.tar.gz under `out_dir` (logs cut to their last LOG_TAIL_BYTES); split into
-    <name>.1.tar.gz, <name>.2.tar.gz... only if one archive would pass MAX_ARCHIVE_BYTES."""
+    """`work` as <name>.tar.gz under `out_dir`; split into <name>.1.tar.gz, <name>.2.tar.gz... only
+    if one archive would pass MAX_ARCHIVE_BYTES."""
+    import io
+
     out_dir.mkdir(parents=True, exist_ok=True)
-    for log in (work / "logs").glob("*.log"):
-        size = log.stat().st_size
-        if size > LOG_TAIL_BYTES:
-            with open(log, "rb") as f:
-                f.seek(size - LOG_TAIL_BYTES)
-                data = f.read()
-            log.write_bytes(f"[... {size - LOG_TAIL_BYTES} bytes cut ...]\n".encode() + data)
-    files = sorted(p for p in work.rglob("*") if p.is_file())
+    files = [(p, _archived_bytes(p)) for p in sorted(work.rglob("*")) if p.is_file()]
     groups, current, size = [], [], 0
     budget = MAX_ARCHIVE_BYTES * 0.9  # compressed output is smaller than its input; keep a margin anyway
-    for path in files:
-        n = path.stat().st_size
-        if current and size + n > budget:
+    for path, data in files:
+        if current and size + len(data) > budget:
             groups.append(current)
             current, size = [], 0
-        current.append(path)
-        size += n
+        current.append((path, data))
+        size += len(data)
     groups.append(current)
     archives = []
     for i, group in enumerate(groups, 1):
         target = out_dir / (f"{name}.tar.gz" if len(groups) == 1 else f"{name}.{i}.tar.gz")
-        with tarfile.open(target, "w:gz") as tar:
-            for path in group:
-                tar.add(path, arcname=f"{name}/{path.relative_to(work)}")
+        partial = target.with_name(target.name + ".part")
+        with tarfile.open(partial, "w:gz") as tar:
+            for path, data in group:
+                info = tarfile.TarInfo(f"{name}/{path.relative_to(work).as_posix()}")
+                info.size, info.mtime = len(data), int(path.stat().st_mtime)
+                tar.addfile(info, io.BytesIO(data))
+        partial.replace(target)  # a command killed mid-write leaves the previous archive whole
         if target.stat().st_size > MAX_ARCHIVE_BYTES:
             raise RuntimeError(f"{target} is {target.stat().st_size} bytes, over the {MAX_ARCHIVE_BYTES} that "
                                "come back from the device")
