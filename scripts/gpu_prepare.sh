@@ -10,11 +10,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ARCH=${1:-sm_90}
 PY=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
+# The GPU machine's driver loads cubins of CUDA 13.0 (a newer nvcc's would not load).
+nvcc_release=$(nvcc --version | sed -n 's/.*release \([0-9.]*\),.*/\1/p')
+[ "$nvcc_release" = "13.0" ] || { echo "nvcc here is release ${nvcc_release:-?}; the GPU machine takes 13.0" >&2; exit 1; }
 bash scripts/fetch_device_wheels.sh
 ATTNLAB_CACHE=$PWD/.attnlab-cache PYTHONPATH=$PWD/src "$PY" -m attnlab prebuild --arch "$ARCH"
 # The commit the carried tree is at, for records made in a copy that has no .git.
+# ATTNLAB_GIT_TREE (kernels/ and src/ hashed) marks the copy dirty if either changes after this.
 { echo "ATTNLAB_GIT_COMMIT=$(git rev-parse HEAD)"
-  echo "ATTNLAB_GIT_DIRTY=$([ -z "$(git status --porcelain -- kernels src)" ] && echo 0 || echo 1)"; } > .attnlab-cache/git.env
+  echo "ATTNLAB_GIT_DIRTY=$([ -z "$(git status --porcelain -- kernels src)" ] && echo 0 || echo 1)"
+  echo "ATTNLAB_GIT_TREE=$(PYTHONPATH=$PWD/src "$PY" -c 'from attnlab.env import tree_digest; print(tree_digest())')"
+} > .attnlab-cache/git.env
 tree_bytes=$(git ls-files -z --cached --others --exclude-standard | xargs -0 -r du -cb 2>/dev/null | tail -1 | cut -f1)
 carry_bytes=$(du -cb .whl .attnlab-cache | tail -1 | cut -f1)
 total=$((tree_bytes + carry_bytes))

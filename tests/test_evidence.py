@@ -12,10 +12,10 @@ from attnlab import evidence, session
 from attnlab.results import verify
 
 
-def _stage_folder(tmp_path, records=(), notebooks=()):
+def _stage_folder(tmp_path, records=(), notebooks=(), rehearsal=False):
     work = tmp_path / "work"
     (work / "logs").mkdir(parents=True)
-    (work / "summary.json").write_text(json.dumps({"stage": "bench", "rehearsal": False, "gpu": "TEST GPU",
+    (work / "summary.json").write_text(json.dumps({"stage": "bench", "rehearsal": rehearsal, "gpu": "TEST GPU",
                                                    "seconds": 1.0, "steps": [
                                                        {"step": "probe-07_mma", "status": "fault"}]}))
     for i, rec in enumerate(records):
@@ -46,15 +46,34 @@ def test_a_record_of_other_sources_is_refused(tmp_path):
     assert len(got.refused) == 1 and "01_scalar was measured from source ffffffffffff" in got.refused[0]
 
 
-def test_pages_are_taken_and_strangers_refused(tmp_path):
+def _nb(source: str, output: str = "") -> str:
+    cell = {"cell_type": "code", "source": source, "metadata": {}, "execution_count": 1,
+            "outputs": [{"output_type": "stream", "name": "stdout", "text": output}]}
+    return json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+
+
+def test_executed_pages_are_taken_strangers_and_edited_cells_refused(tmp_path):
     book = tmp_path / "book"
     book.mkdir()
-    (book / "ch01_scalar.ipynb").write_text("old")
-    archives = _stage_folder(tmp_path, notebooks=[("ch01_scalar.ipynb", "new"), ("stranger.ipynb", "x")])
+    (book / "ch01_scalar.ipynb").write_text(_nb("print(1)"))
+    (book / "ch02_block_tiling.ipynb").write_text(_nb("print(2)"))
+    archives = _stage_folder(tmp_path, notebooks=[("ch01_scalar.ipynb", _nb("print(1)", "1 on the GPU")),
+                                                  ("ch02_block_tiling.ipynb", _nb("import os", "")),
+                                                  ("stranger.ipynb", _nb("x"))])
     got = evidence.import_archives(archives, results=tmp_path / "results", book=book)
-    assert (book / "ch01_scalar.ipynb").read_text() == "new"
+    assert "1 on the GPU" in (book / "ch01_scalar.ipynb").read_text()
+    assert (book / "ch02_block_tiling.ipynb").read_text() == _nb("print(2)")
     assert not (book / "stranger.ipynb").exists()
     assert any("stranger.ipynb is not a page" in r for r in got.refused)
+    assert any("cells differ from book/ch02_block_tiling.ipynb" in r for r in got.refused)
+
+
+def test_a_rehearsals_archive_gives_nothing_unless_asked(tmp_path):
+    archives = _stage_folder(tmp_path, records=[synthetic_record()], rehearsal=True)
+    got = evidence.import_archives(archives, results=tmp_path / "results", book=tmp_path)
+    assert got.records == [] and any("rehearsal" in r for r in got.refused)
+    got = evidence.import_archives(archives, results=tmp_path / "results", book=tmp_path, allow_rehearsal=True)
+    assert len(got.records) == 1 and got.refused == []
 
 
 def test_a_path_out_of_the_archive_is_refused(tmp_path):

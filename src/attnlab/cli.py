@@ -119,7 +119,7 @@ def cmd_check(args) -> int:
     print(format_table(results))
     if args.probe:
         _mark_probed(specs, results)
-    if not args.no_record:
+    if not args.no_record and not args.probe:  # a probe is no check: it never makes a record
         record = new_record("check", specs, settings={"quick": args.quick, "seeds": list(seeds)})
         record["cases"] = [r.to_dict() for r in results]
         print(f"record: {write_record(record)}")
@@ -350,7 +350,7 @@ def cmd_prebuild(args) -> int:
 def cmd_import_evidence(args) -> int:
     from .evidence import main as import_main
 
-    return import_main(args.archives, run_nbval=not args.no_nbval)
+    return import_main(args.archives, run_nbval=not args.no_nbval, allow_rehearsal=args.allow_rehearsal)
 
 
 def _print_report(as_json) -> None:
@@ -393,8 +393,8 @@ def main(argv=None) -> int:
                             help="run the kernels on the CPU executor (no GPU needed): the pass rule at small "
                                  "shapes, and races, out-of-bounds and other findings; never a timing")
             sp.add_argument("--probe", action="store_true",
-                            help="one seed at two shapes: does the kernel run and pass at all (a GPU session "
-                                 "probes each kernel in its own process before timing them together)")
+                            help="one seed at two shapes, no record: does the kernel run and pass at all (a GPU "
+                                 "session probes each kernel in its own process before timing them together)")
         else:
             sp.add_argument("--shape", nargs=4, type=int, action="append", metavar=("B", "H", "L", "D"),
                             help="time at this shape (repeatable) instead of the mission shape and the sweep")
@@ -451,6 +451,8 @@ def main(argv=None) -> int:
                                                 "verify-results and nbval")
     sp.add_argument("archives", nargs="+", metavar="ARCHIVE", help="<stage>.tar.gz files of attnlab.session")
     sp.add_argument("--no-nbval", action="store_true", help="skip nbval over the imported notebooks")
+    sp.add_argument("--allow-rehearsal", action="store_true",
+                    help="also take what a rehearsal without a GPU made (scripts/gpu_rehearse.sh's round trip)")
     sp.set_defaults(fn=cmd_import_evidence)
     sp = sub.add_parser("report", help="kernel vs fastest SDPA backend from the freshest records")
     sp.add_argument("--json", action="store_true")

@@ -84,6 +84,19 @@ def _driver_version() -> str | None:
         return None
 
 
+def tree_digest() -> str:
+    """sha256 over kernels/ and src/ (paths and contents): what a commit stamp vouches for."""
+    import hashlib
+
+    h = hashlib.sha256()
+    root = repo_root()
+    for folder in ("kernels", "src"):
+        for path in sorted((root / folder).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts and ".egg-info" not in str(path):
+                h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def git_commit() -> dict:
     """The commit a run measured, and whether the tree had uncommitted changes. A copy of the tree
     without .git (a GPU machine's) takes them from ATTNLAB_GIT_COMMIT and ATTNLAB_GIT_DIRTY, which
@@ -99,7 +112,10 @@ def git_commit() -> dict:
         head = dirty = None
     if head is None or head.returncode != 0:
         stamped = os.environ.get("ATTNLAB_GIT_COMMIT") or None
-        flag = os.environ.get("ATTNLAB_GIT_DIRTY")
-        return {"commit": stamped, "dirty": None if flag is None else flag == "1"}
+        flag, tree = os.environ.get("ATTNLAB_GIT_DIRTY"), os.environ.get("ATTNLAB_GIT_TREE")
+        if flag is None:
+            return {"commit": stamped, "dirty": None}
+        # An edit after the stamp was made leaves the commit's name but makes the tree dirty.
+        return {"commit": stamped, "dirty": flag == "1" or (tree is not None and tree != tree_digest())}
     return {"commit": head.stdout.strip() or None,
             "dirty": bool(dirty.stdout.strip()) if dirty.returncode == 0 else None}

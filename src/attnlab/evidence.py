@@ -6,7 +6,9 @@
 - takes each record from `<stage>/results/` into results/ only if it is well formed and every
   kernel it measured hashes, in this checkout, to what was measured: a record of other sources is
   refused, never imported;
-- takes each executed notebook from `<stage>/book/` over the page of the same name in book/;
+- takes each executed notebook from `<stage>/book/` over the page of the same name in book/, only
+  if its cells are the page's cells (same kinds, same sources): outputs are all it may change;
+- refuses what a rehearsal made (no GPU) unless asked to take it;
 - prints each stage's failures from its summary, then runs `verify-results` and nbval on the
   notebooks it brought in.
 Exit status 0 only when nothing was refused and both checks passed.
@@ -61,7 +63,18 @@ def record_problems(rec) -> list[str]:
     return problems
 
 
-def import_archives(archives: list[Path], results: Path | None = None, book: Path | None = None) -> Imported:
+def same_cells(new: bytes, page: Path) -> bool:
+    """True when an executed notebook holds exactly the page's cells (kinds and sources)."""
+    def cells(nb):
+        return [(c.get("cell_type"), "".join(c.get("source", ""))) for c in nb.get("cells", [])]
+    try:
+        return cells(json.loads(new)) == cells(json.loads(page.read_text()))
+    except (json.JSONDecodeError, AttributeError):
+        return False
+
+
+def import_archives(archives: list[Path], results: Path | None = None, book: Path | None = None,
+                    allow_rehearsal: bool = False) -> Imported:
     results = results or results_dir()
     book = book or repo_root() / "book"
     out = Imported()
@@ -74,21 +87,32 @@ def import_archives(archives: list[Path], results: Path | None = None, book: Pat
         with tar:
             members, refused = _members(tar, archive)
             out.refused += refused
+            summaries = [m for m in members if PurePosixPath(m.name).parts[1:] == ("summary.json",)]
+            summary = json.loads(tar.extractfile(summaries[0]).read()) if summaries else None
+            if summary is None:
+                out.refused.append(f"{archive.name}: no summary.json: not an archive of a GPU session's stage")
+                continue
+            out.summaries.append(summary)
+            rehearsal = summary.get("rehearsal") or summary.get("gpu") in (None, "none")
+            if rehearsal and not allow_rehearsal:
+                out.refused.append(f"{archive.name}: made by a rehearsal without a GPU; nothing taken")
+                continue
             for m in members:
                 parts = PurePosixPath(m.name).parts
-                data = tar.extractfile(m).read()
                 where = f"{archive.name}:{m.name}"
-                if parts[1:] == ("summary.json",):
-                    out.summaries.append(json.loads(data))
-                elif parts[1] == "results" and m.name.endswith(".json"):
-                    _take_record(data, Path(*parts[2:]), results, where, out)
+                if parts[1] == "results" and m.name.endswith(".json"):
+                    _take_record(tar.extractfile(m).read(), Path(*parts[2:]), results, where, out)
                 elif parts[1] == "book" and len(parts) == 3 and m.name.endswith(".ipynb"):
                     target = book / parts[2]
+                    data = tar.extractfile(m).read()
                     if not target.exists():
                         out.refused.append(f"{where}: book/{parts[2]} is not a page of this book")
-                        continue
-                    target.write_bytes(data)
-                    out.notebooks.append(target)
+                    elif not same_cells(data, target):
+                        out.refused.append(f"{where}: its cells differ from book/{parts[2]}'s (the page changed "
+                                           "since, or the archive is not what it says): execute it again")
+                    else:
+                        target.write_bytes(data)
+                        out.notebooks.append(target)
     return out
 
 
@@ -124,10 +148,10 @@ def nbval(notebooks: list[Path]) -> int:
     return subprocess.run(cmd, cwd=root).returncode
 
 
-def main(archives: list[str], run_nbval: bool = True) -> int:
+def main(archives: list[str], run_nbval: bool = True, allow_rehearsal: bool = False) -> int:
     from .results import verify
 
-    imported = import_archives([Path(a) for a in archives])
+    imported = import_archives([Path(a) for a in archives], allow_rehearsal=allow_rehearsal)
     for summary in imported.summaries:
         kind = "rehearsal (no GPU)" if summary.get("rehearsal") else f"on {summary.get('gpu')}"
         fails = stage_failures(summary)

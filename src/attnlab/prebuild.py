@@ -12,8 +12,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 from . import registry
 
-# What the session's extras stage searches: (kernel, head dim).
+# What chapter 8's page searches on the GPU (its quick setting): (kernel, head dim). Its cubins and
+# ptxas's reports for the GPU's target are built here.
 SEARCHED = (("07_mma", 64),)
+# Chapter 8's page also draws the static space of every searchable kernel for the L4's target.
+STATIC_ONLY_ARCH = "sm_89"
 
 
 def jobs(arch: str, searched=SEARCHED) -> list[registry.KernelSpec]:
@@ -34,6 +37,7 @@ def prebuild(arch: str, searched=SEARCHED, workers: int | None = None, progress:
 
     from tqdm import tqdm
 
+    from . import search
     from .compile import KernelBuildError, cubin_path, nvcc_cubin
     from .search import static_space
 
@@ -52,4 +56,7 @@ def prebuild(arch: str, searched=SEARCHED, workers: int | None = None, progress:
                                     disable=not progress) if f]
     for kid, D in searched:  # ptxas's reports, read by the search's static gate on the GPU
         static_space(kid, D, arch, workers=workers, progress=progress)
+    for kid in search.searchable():  # the page's static space (small JSON reports, no cubins kept)
+        for D in (64, 128):
+            static_space(kid, D, STATIC_ONLY_ARCH, workers=workers, progress=progress)
     return failures
