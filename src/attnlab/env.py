@@ -66,7 +66,7 @@ def device_info() -> dict:
         "compute_capability": f"{props.major}.{props.minor}",
         "sm_count": props.multi_processor_count,
         "memory_gib": round(props.total_memory / 2**30, 1),
-        "driver": _driver_version(),
+        "driver": nvidia_smi("driver_version"),
         "cuda_runtime": torch.version.cuda,
     }
     l2 = getattr(props, "L2_cache_size", None)
@@ -75,9 +75,10 @@ def device_info() -> dict:
     return info
 
 
-def _driver_version() -> str | None:
+def nvidia_smi(field: str) -> str | None:
+    """One `nvidia-smi --query-gpu` field of the first GPU, or None without nvidia-smi or a GPU."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=20)
         return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
     except (OSError, subprocess.TimeoutExpired):

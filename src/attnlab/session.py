@@ -413,15 +413,6 @@ class StageRun:
         return [o for o in self.outcomes if not o.ok]
 
 
-def _gpu_name() -> str:
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=20)
-        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else "none"
-    except (OSError, subprocess.TimeoutExpired, IndexError):
-        return "none"
-
-
 def run_stage(name: str, out_dir: Path, work_root: Path | None = None, rehearse: bool = False,
               steps: list[Step] | None = None, deadline_s: float = STAGE_DEADLINE_S,
               hard_end_s: float | None = None, echo: Callable[[str], None] = print) -> StageRun:
@@ -429,7 +420,7 @@ def run_stage(name: str, out_dir: Path, work_root: Path | None = None, rehearse:
     comes back even when the command is killed) and at the end. `steps` replaces the stage's plan
     (tests). No step runs past `hard_end_s` (default: HARD_END_S, or 90 s past a longer deadline)."""
     import threading
-    from .env import git_commit
+    from .env import git_commit, nvidia_smi
 
     stage = get_stage(name)
     ctx = Context(rehearse=rehearse)
@@ -450,7 +441,7 @@ def run_stage(name: str, out_dir: Path, work_root: Path | None = None, rehearse:
     t0 = time.monotonic()
     hard_end = t0 + (hard_end_s if hard_end_s is not None else max(HARD_END_S, deadline_s + 90))
     echo(f"== stage {name}: {len(plan)} steps, {stage.parallel} at a time, predicted ~{stage.minutes:g} min")
-    header = {"stage": name, "rehearsal": rehearse, "gpu": _gpu_name(), "git": git_commit(),
+    header = {"stage": name, "rehearsal": rehearse, "gpu": nvidia_smi("name") or "none", "git": git_commit(),
               "predicted_minutes": stage.minutes}
     finished: list[Outcome] = []
     lock = threading.Lock()
