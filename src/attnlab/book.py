@@ -95,11 +95,9 @@ def record_label(rec: dict) -> str:
     return f"{rec['gpu']['name']}, {rec['created_utc'][:10]} (commit {commit}{dirty})"
 
 
-def only_fresh(rec: dict) -> dict:
-    """A copy of a record keeping only the kernels whose source still hashes to what was measured."""
-    from .results import fresh_kernels
-
-    keep = fresh_kernels(rec)
+def only_kernels(rec: dict, keep) -> dict:
+    """A copy of a record reduced to the kernels in `keep`: their hashes, their bench entries, their
+    check cases."""
     out = copy.deepcopy(rec)
     out["kernels"] = {kid: meta for kid, meta in out["kernels"].items() if kid in keep}
     for case in out["cases"]:
@@ -108,6 +106,13 @@ def only_fresh(rec: dict) -> dict:
     if rec["kind"] == "check":
         out["cases"] = [c for c in out["cases"] if c["kernel"] in keep]
     return out
+
+
+def only_fresh(rec: dict) -> dict:
+    """A copy of a record keeping only the kernels whose source still hashes to what was measured."""
+    from .results import fresh_kernels
+
+    return only_kernels(rec, fresh_kernels(rec))
 
 
 def fresh_records(kind: str, kernel_id: str) -> list[dict]:
@@ -120,15 +125,6 @@ def fresh_records(kind: str, kernel_id: str) -> list[dict]:
     recs = [only_fresh(item.record) for item in reversed(loaded)
             if item.record["kind"] == kind and item.record["kernels"].get(kernel_id, {}).get("sha256") == want]
     return sorted(recs, key=lambda r: lookup(r["gpu"]["name"]) != by_key(REFERENCE_GPU))
-
-
-def only_kernels(rec: dict, kernel_ids) -> dict:
-    """A copy of a bench record reduced to `kernel_ids` (a session's record times every kernel)."""
-    out = copy.deepcopy(rec)
-    out["kernels"] = {kid: meta for kid, meta in out["kernels"].items() if kid in kernel_ids}
-    for case in out["cases"]:
-        case["kernels"] = {kid: e for kid, e in case["kernels"].items() if kid in kernel_ids}
-    return out
 
 
 def reuse_records() -> bool:
@@ -151,16 +147,21 @@ def reusable_check(kernel_id: str, seeds) -> dict | None:
     return None
 
 
+def covers(rec: dict, kernel_ids: list[str], shapes, entry: str | None = None) -> bool:
+    """Whether a bench record has a case at every shape, causal and not, and (given `entry`, e.g.
+    "check" or "device") that entry for every kernel in each."""
+    from .plot import find_case
+
+    cases = [find_case(rec, s, c) for s in shapes for c in (False, True)]
+    return all(case and (entry is None or all(entry in case["kernels"].get(k, {}) for k in kernel_ids))
+               for case in cases)
+
+
 def reusable_bench(kernel_ids: list[str], shapes) -> dict | None:
     """The newest fresh bench record on this GPU holding every kernel's check (and time, where it
     passed) at every shape, causal and not."""
-    from .plot import find_case
-
-    for rec in _this_gpu(fresh_records("bench", kernel_ids[0])):
-        cases = [find_case(rec, s, c) for s in shapes for c in (False, True)]
-        if all(case and all("check" in case["kernels"].get(k, {}) for k in kernel_ids) for case in cases):
-            return rec
-    return None
+    return next((rec for rec in _this_gpu(fresh_records("bench", kernel_ids[0]))
+                 if covers(rec, kernel_ids, shapes, "check")), None)
 
 
 def _stale_note(kind: str, kernel_id: str) -> str:
@@ -713,12 +714,10 @@ def bench_at(kernel_ids: list[str], shapes: list[Shape], quick: bool = True, sav
     (record written if `save`) and assert their outputs passed. Without one: the freshest committed
     bench record of the first kernel that holds every one of `shapes` both ways, reduced to its
     fresh kernels, or None."""
-    from .plot import find_case
-
     if has_gpu():
         return _measure_now(kernel_ids, list(shapes), quick, save)
     for rec in fresh_records("bench", kernel_ids[0]):
-        if all(find_case(rec, s, c) for s in shapes for c in (False, True)):
+        if covers(rec, kernel_ids, shapes):
             print(f"No CUDA GPU here. Committed bench record:\n  {record_label(rec)}")
             return rec
     return None
@@ -962,13 +961,10 @@ def bench_covering(kernel_ids: list[str], shapes: list[Shape], quick: bool = Tru
     it measures now, as bench_at does. Without one it shows only a committed bench record that timed
     every kernel of `kernel_ids` from its current source at every one of `shapes`, causal and not;
     None when there is none."""
-    from .plot import find_case
-
     if has_gpu():
         return bench_at(kernel_ids, shapes, quick=quick, save=save)
     for rec in fresh_records("bench", kernel_ids[0]):
-        cases = [find_case(rec, s, c) for s in shapes for c in (False, True)]
-        if all(case and all("device" in case["kernels"].get(k, {}) for k in kernel_ids) for case in cases):
+        if covers(rec, kernel_ids, shapes, "device"):
             print(f"No CUDA GPU here. Committed bench record:\n  {record_label(rec)}")
             return rec
     return None
