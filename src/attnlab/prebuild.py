@@ -26,9 +26,10 @@ def jobs(arch: str, searched=SEARCHED) -> list[registry.KernelSpec]:
 
     specs = list(registry.select(None))
     for kid, D in searched:
-        base = registry.get(kid)
-        specs += [base.with_config(c) for c in search.space(kid, D) if c != base.tuning.defaults]
-    return specs
+        specs += [registry.get(kid).with_config(c) for c in search.space(kid, D)]
+    # The space holds the chapter's own configuration too (with_config gives the registered spec
+    # back): one job per build, or two threads would write the same cubin.
+    return list({(s.id, s.defines): s for s in specs}.values())
 
 
 def prebuild(arch: str, searched=SEARCHED, workers: int | None = None, progress: bool = True) -> list[str]:
