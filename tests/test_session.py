@@ -162,10 +162,14 @@ def test_a_large_stage_splits_into_archives_that_each_come_back(tmp_path, monkey
     (work / "book").mkdir()
     for i in range(3):
         (work / "book" / f"p{i}.ipynb").write_bytes(bytes(range(256)) * 128)  # 32 KiB each
+    (work / "summary.json").write_text('{"stage": "book"}')
     archives = session.pack(work, tmp_path / "out", "book")
     assert len(archives) >= 2 and all(a.stat().st_size <= 64 * 1024 for a in archives)
     with_names = [set(tarfile.open(a).getnames()) for a in archives]
     assert set().union(*with_names) >= {f"book/book/p{i}.ipynb" for i in range(3)}
+    # import-evidence reads each part's summary first: every part carries it.
+    assert all("book/summary.json" in names for names in with_names)
+    assert session.check_out(tmp_path / "out") == []
 
 
 def test_check_out_refuses_what_would_not_come_back(tmp_path):

@@ -521,13 +521,17 @@ def _archived_bytes(path: Path) -> bytes:
 
 def pack(work: Path, out_dir: Path, name: str) -> list[Path]:
     """`work` as <name>.tar.gz under `out_dir`; split into <name>.1.tar.gz, <name>.2.tar.gz... only
-    if one archive would pass MAX_ARCHIVE_BYTES."""
+    if one archive would pass MAX_ARCHIVE_BYTES. Every part holds the summary.json, which
+    import-evidence reads first."""
     import io
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    files = [(p, _archived_bytes(p)) for p in sorted(work.rglob("*")) if p.is_file()]
+    summary = work / "summary.json"
+    head = [(summary, summary.read_bytes())] if summary.is_file() else []
+    files = [(p, _archived_bytes(p)) for p in sorted(work.rglob("*")) if p.is_file() and p != summary]
     groups, current, size = [], [], 0
-    budget = MAX_ARCHIVE_BYTES * 0.9  # compressed output is smaller than its input; keep a margin anyway
+    # Compressed output is smaller than its input; keep a margin anyway.
+    budget = MAX_ARCHIVE_BYTES * 0.9 - sum(len(d) for _, d in head)
     for path, data in files:
         if current and size + len(data) > budget:
             groups.append(current)
@@ -535,6 +539,7 @@ def pack(work: Path, out_dir: Path, name: str) -> list[Path]:
         current.append((path, data))
         size += len(data)
     groups.append(current)
+    groups = [head + group for group in groups]
     archives = []
     for i, group in enumerate(groups, 1):
         target = out_dir / (f"{name}.tar.gz" if len(groups) == 1 else f"{name}.{i}.tar.gz")
@@ -572,7 +577,7 @@ def check_out(out_dir: Path) -> list[str]:
             with tarfile.open(path) as tar:
                 names = tar.getnames()
             stage = path.name.split(".")[0]
-            if f"{stage}/summary.json" not in names and not any(n.endswith("/summary.json") for n in names):
+            if f"{stage}/summary.json" not in names:
                 problems.append(f"{rel}: no {stage}/summary.json inside")
             if any(not n.startswith(f"{stage}/") for n in names):
                 problems.append(f"{rel}: entries outside {stage}/")
