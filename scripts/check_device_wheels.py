@@ -4,7 +4,8 @@
 The device runs CPython 3.12.3 on x86-64 Linux with a fixed image (DEVICE_HAS below) and no
 network; the wheels are installed there with `pip install --no-index --no-deps --target`, so pip
 checks nothing and a missing or doubled package shows only when a notebook runs. This reads each
-wheel's METADATA (stdlib only: it runs here and there alike) and reports, exiting 1 on any:
+wheel's METADATA (with `packaging`, which pip's own reading of versions and markers follows,
+and which the project's .venv and the device both hold) and reports, exiting 1 on any:
 
 - a requirement (Requires-Dist, its marker evaluated for CPython 3.12 on x86-64 Linux, extras
   followed where a requirement names them) that is neither among the wheels nor in DEVICE_HAS;
@@ -29,6 +30,12 @@ import sys
 import zipfile
 from email.parser import Parser
 from pathlib import Path
+
+from packaging.markers import Marker
+from packaging.requirements import Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -73,209 +80,38 @@ MARKER_ENV = {
     "platform_release": "",
     "platform_version": "",
 }
-VERSION_MARKERS = {"python_version", "python_full_version", "implementation_version"}
 PY_TAGS = {"py3", "py312", "cp312", "py2.py3", "py3.py2"}
 ABI_TAGS = {"none", "abi3", "cp312"}
 
 
 def normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+    return canonicalize_name(name)
 
 
 DEVICE_HAS = {normalize(n) for n in DEVICE_HAS_NAMES.split()}
 
 
-# --- versions and specifiers (PEP 440, enough for comparing release versions) -----------------
-
-_VERSION = re.compile(
-    r"^\s*v?(?:(?P<epoch>\d+)!)?(?P<release>\d+(?:\.\d+)*)"
-    r"(?:[-_.]?(?P<pre_l>a|b|c|rc|alpha|beta|pre|preview)[-_.]?(?P<pre_n>\d*))?"
-    r"(?:-(?P<post_n1>\d+)|[-_.]?(?:post|rev|r)[-_.]?(?P<post_n2>\d*))?"
-    r"(?:[-_.]?dev[-_.]?(?P<dev_n>\d*))?(?:\+(?P<local>[a-z0-9.]+))?\s*$",
-    re.IGNORECASE,
-)
-_PRE = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2, "pre": 2, "preview": 2}
-INF = float("inf")
-
-
-class Version:
-    def __init__(self, text: str):
-        m = _VERSION.match(text)
-        if not m:
-            raise ValueError(f"not a PEP 440 version: {text!r}")
-        self.text = text
-        release = [int(x) for x in m["release"].split(".")]
-        while len(release) > 1 and release[-1] == 0:
-            release.pop()
-        self.release = tuple(release)
-        self.release_raw = tuple(int(x) for x in m["release"].split("."))
-        pre = (_PRE[m["pre_l"].lower()], int(m["pre_n"] or 0)) if m["pre_l"] else None
-        post_n = m["post_n1"] or m["post_n2"]
-        post = int(post_n or 0) if (m["post_n1"] is not None or m["post_n2"] is not None) else None
-        dev = int(m["dev_n"] or 0) if m["dev_n"] is not None else None
-        # Sort key as packaging's: dev-only releases before pre-releases, before the release.
-        pre_key = pre if pre else ((-INF,) if dev is not None and post is None else (INF,))
-        self.key = (int(m["epoch"] or 0), self.release, pre_key,
-                    -INF if post is None else post, INF if dev is None else dev)
-        self.public = text.split("+")[0]
-
-    def __lt__(self, o): return self.key < o.key
-    def __le__(self, o): return self.key <= o.key
-    def __gt__(self, o): return self.key > o.key
-    def __ge__(self, o): return self.key >= o.key
-    def __eq__(self, o): return self.key == o.key
-    def __ne__(self, o): return self.key != o.key
-    def __hash__(self): return hash(self.key)
-
-
-def _prefix_match(version: Version, prefix: str) -> bool:
-    want = [int(x) for x in prefix.split(".")]
-    have = list(version.release_raw) + [0] * max(0, len(want) - len(version.release_raw))
-    return have[: len(want)] == want
-
+# --- versions, specifiers, markers and requirements: packaging's (PEP 440, 508), as pip reads them --
 
 def satisfies(version_text: str, spec: str) -> bool:
-    """Whether a version meets a comma-separated specifier such as '>=5.1,!=6.0.*'."""
+    """Whether a version meets a specifier such as '>=5.1,!=6.0.*'; pre-releases count (a wheel
+    here is what gets installed). A version or specifier that cannot be read is not judged."""
     try:
-        v = Version(version_text)
-    except ValueError:
-        return True  # cannot judge: do not report
-    for clause in filter(None, (c.strip() for c in spec.split(","))):
-        m = re.match(r"^(===|==|!=|~=|<=|>=|<|>)\s*(\S+)$", clause)
-        if not m:
-            return True
-        op, target = m.groups()
-        if op == "===":
-            ok = version_text == target
-        elif target.endswith(".*") and op in ("==", "!="):
-            ok = _prefix_match(v, target[:-2]) == (op == "==")
-        else:
-            t = Version(target)
-            if op == "~=":
-                prefix = ".".join(str(x) for x in t.release_raw[:-1])
-                ok = v >= t and _prefix_match(v, prefix)
-            else:
-                ok = {"==": v == t, "!=": v != t, "<=": v <= t, ">=": v >= t,
-                      "<": v < t, ">": v > t}[op]
-        if not ok:
-            return False
-    return True
-
-
-# --- markers (PEP 508) -------------------------------------------------------------------------
-
-_TOKEN = re.compile(r"""\s*(?:(?P<str>'[^']*'|"[^"]*")|(?P<op>===|==|!=|~=|<=|>=|<|>|\(|\))|"""
-                    r"""(?P<word>[A-Za-z_][A-Za-z0-9_.]*))""")
-
-
-def _tokens(text: str) -> list[tuple[str, str]]:
-    out, pos = [], 0
-    text = text.strip()
-    while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        if not m or m.end() == pos:
-            raise ValueError(f"cannot read marker at {text[pos:]!r}")
-        kind = m.lastgroup
-        out.append((kind, m.group(kind)))
-        pos = m.end()
-    return out
+        return SpecifierSet(spec).contains(Version(version_text), prereleases=True)
+    except (InvalidVersion, InvalidSpecifier):
+        return True
 
 
 def marker_applies(marker: str, extra: str = "") -> bool:
     """Evaluate a marker for the device. 'extra' is the extra being followed ('' for none)."""
-    toks = _tokens(marker)
-    env = dict(MARKER_ENV, extra=extra)
-    i = 0
-
-    def peek():
-        return toks[i] if i < len(toks) else (None, None)
-
-    def take():
-        nonlocal i
-        i += 1
-        return toks[i - 1]
-
-    def value():
-        kind, text = take()
-        if kind == "str":
-            return ("lit", text[1:-1])
-        if kind == "word":
-            if text not in env:
-                raise ValueError(f"unknown marker variable {text}")
-            return ("var", text)
-        raise ValueError(f"unexpected {text!r} in marker {marker!r}")
-
-    def atom() -> bool:
-        if peek() == ("op", "("):
-            take()
-            result = expr()
-            if take() != ("op", ")"):
-                raise ValueError(f"unbalanced marker {marker!r}")
-            return result
-        left = value()
-        kind, op = take()
-        if (kind, op) == ("word", "not"):
-            if take() != ("word", "in"):
-                raise ValueError(f"bad marker {marker!r}")
-            op = "not in"
-        elif kind not in ("op", "word") or op not in ("===", "==", "!=", "~=", "<=", ">=", "<", ">", "in"):
-            raise ValueError(f"bad operator {op!r} in marker {marker!r}")
-        right = value()
-        var = left[1] if left[0] == "var" else right[1] if right[0] == "var" else None
-        lhs = env[left[1]] if left[0] == "var" else left[1]
-        rhs = env[right[1]] if right[0] == "var" else right[1]
-        if var == "extra":
-            lhs, rhs = normalize(lhs), normalize(rhs)
-        if op == "in":
-            return lhs in rhs
-        if op == "not in":
-            return lhs not in rhs
-        if var in VERSION_MARKERS and left[0] == "var" and op != "===":
-            return satisfies(lhs, f"{op}{rhs}")
-        if op in ("==", "==="):
-            return lhs == rhs
-        if op == "!=":
-            return lhs != rhs
-        return {"<": lhs < rhs, "<=": lhs <= rhs, ">": lhs > rhs, ">=": lhs >= rhs}.get(op, True)
-
-    def conj() -> bool:
-        result = atom()
-        while peek() == ("word", "and"):
-            take()
-            result = atom() and result
-        return result
-
-    def expr() -> bool:
-        result = conj()
-        while peek() == ("word", "or"):
-            take()
-            result = conj() or result
-        return result
-
-    result = expr()
-    if i != len(toks):
-        raise ValueError(f"trailing text in marker {marker!r}")
-    return result
-
-
-# --- requirements and wheels -------------------------------------------------------------------
-
-_REQ = re.compile(r"^\s*(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[(?P<extras>[^\]]*)\])?\s*(?P<rest>.*)$")
+    return Marker(marker).evaluate({**MARKER_ENV, "extra": extra})
 
 
 def parse_requirement(text: str) -> tuple[str, set[str], str, str | None]:
     """'name[extras] (spec) ; marker' -> (normalized name, extras, spec, marker or None)."""
-    # A URL requirement ('name @ url ; marker') keeps its ';' inside the URL only before a space.
-    body, _, marker = text.partition(";")
-    m = _REQ.match(body)
-    if not m:
-        raise ValueError(f"cannot read requirement {text!r}")
-    spec = m["rest"].strip()
-    if spec.startswith("@"):
-        spec = ""
-    spec = spec.strip("() ").replace(" ", "")
-    extras = {normalize(e) for e in (m["extras"] or "").split(",") if e.strip()}
-    return normalize(m["name"]), extras, spec, marker.strip() or None
+    req = Requirement(text)
+    return (normalize(req.name), {normalize(e) for e in req.extras}, str(req.specifier),
+            str(req.marker) if req.marker else None)
 
 
 class Wheel:

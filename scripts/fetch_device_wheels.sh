@@ -36,7 +36,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 LIST=$ROOT/scripts/device_wheels.txt
 DEST=$ROOT/.whl
-PYTHON=${PYTHON:-python3}
+PYTHON=${PYTHON:-python3}  # with pip, and `packaging` for the checker (the project's .venv has both)
 MAX_MIB=40
 
 mkdir -p "$DEST"

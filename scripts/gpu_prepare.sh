@@ -13,7 +13,7 @@ PY=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)
 # The GPU machine's driver loads cubins of CUDA 13.0 (a newer nvcc's would not load).
 nvcc_release=$(nvcc --version | sed -n 's/.*release \([0-9.]*\),.*/\1/p')
 [ "$nvcc_release" = "13.0" ] || { echo "nvcc here is release ${nvcc_release:-?}; the GPU machine takes 13.0" >&2; exit 1; }
-bash scripts/fetch_device_wheels.sh
+PYTHON=$PY bash scripts/fetch_device_wheels.sh   # its checker reads wheels with `packaging`
 ATTNLAB_CACHE=$PWD/.attnlab-cache PYTHONPATH=$PWD/src "$PY" -m attnlab prebuild --arch "$ARCH"
 # The commit the carried tree is at, for records made in a copy that has no .git.
 # ATTNLAB_GIT_TREE (kernels/ and src/ hashed) marks the copy dirty if either changes after this.
