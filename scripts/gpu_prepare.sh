@@ -2,7 +2,8 @@
 # Everything a GPU session needs that its machine lacks, made here (network and nvcc, no GPU):
 #   .whl/            the Python wheels the stages import and the GPU image does not hold
 #   .attnlab-cache/  the sm_90 cubins of every kernel (and of the searched configurations), built
-#                    by this nvcc, so that no stage waits on a compiler
+#                    by the environment's nvcc (requirements.txt), so that no stage waits on a
+#                    compiler: a GPU image whose nvcc is the same build finds them under its keys
 # Both are ignored by git and carried to the GPU machine with the working tree; the whole must stay
 # under the 64 MiB the machine accepts. Run from the repository (after scripts/setup_env.sh).
 #   bash scripts/gpu_prepare.sh [ARCH]        # ARCH: sm_90 (H100, H200) by default
@@ -10,9 +11,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ARCH=${1:-sm_90}
 PY=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
-# The GPU machine's driver loads cubins of CUDA 13.0 (a newer nvcc's would not load).
-nvcc_release=$(nvcc --version | sed -n 's/.*release \([0-9.]*\),.*/\1/p')
-[ "$nvcc_release" = "13.0" ] || { echo "nvcc here is release ${nvcc_release:-?}; the GPU machine takes 13.0" >&2; exit 1; }
+# The GPU machine's driver loads cubins of its own CUDA release (a newer nvcc's may not load).
+read -r nvcc_release host_release < <(PYTHONPATH=$PWD/src "$PY" -c \
+  'from attnlab import toolchain; print(toolchain.nvcc_release(), toolchain.GPU_HOST_CUDA)')
+[ "$nvcc_release" = "$host_release" ] || { echo "nvcc here is release $nvcc_release; the GPU machine takes $host_release" >&2; exit 1; }
 PYTHON=$PY bash scripts/fetch_device_wheels.sh   # its checker reads wheels with `packaging`
 ATTNLAB_CACHE=$PWD/.attnlab-cache PYTHONPATH=$PWD/src "$PY" -m attnlab prebuild --arch "$ARCH"
 # The commit the carried tree is at, for records made in a copy that has no .git.

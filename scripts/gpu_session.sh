@@ -17,6 +17,8 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1 ATTNLAB_ROOT=$PWD
 export ATTNLAB_CACHE=${ATTNLAB_CACHE:-$PWD/.attnlab-cache}
+# The GPU image has a CUDA toolkit and none of the CUDA wheels: its nvcc is asked for by name.
+export ATTNLAB_NVCC=${ATTNLAB_NVCC:-system}
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 if [ "${1:-}" = "--list" ] || [ $# -eq 0 ]; then
   exec "$PY" -m attnlab.session --list

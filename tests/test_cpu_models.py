@@ -362,14 +362,13 @@ def test_the_study_reduction_bugs_fail_the_pass_rule_in_kernel_03(bug):
 
 def _test_module():
     """kernels/test_warp_reduce.cu built for this GPU (nvcc where present, else NVRTC)."""
-    import shutil
-
     import cupy
 
     from attnlab import compile as build
+    from attnlab import toolchain
 
     path = kernels_dir() / "test_warp_reduce.cu"
-    if shutil.which("nvcc"):
+    if build.backend() == "nvcc":
         major, minor = torch.cuda.get_device_capability()
         spec = registry.KernelSpec(id="test_warp_reduce", chapter=0, title="warp reductions",
                                    source=path.name, entry="attn_test_warp_reduce",
@@ -377,7 +376,7 @@ def _test_module():
         cubin, _ = build.nvcc_cubin(spec, f"sm_{major}{minor}")
         return cupy.RawModule(path=str(cubin))
     options = ("-std=c++17", f"--include-path={kernels_dir()}",
-               *(f"--include-path={d}" for d in build._cuda_include_dirs()))
+               *(f"--include-path={d}" for d in toolchain.include_dirs()))
     return cupy.RawModule(code=path.read_text(), options=options)
 
 

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from attnlab import registry, search, tuned
+from attnlab import registry, search, toolchain, tuned
 from attnlab.compile import define_flags
 from attnlab.paths import kernels_dir
 from attnlab.registry import L4_MAX_SMEM_PER_BLOCK
@@ -257,7 +257,9 @@ def test_static_gate_builds_with_nvcc(fresh_cache):
     assert ok.ok and ok.compiled and ok.registers and ok.spill_bytes == 0
     assert ok.dynamic_smem == registry.get("07_mma").dynamic_smem(MISSION)
     assert ok.occupancy.blocks_per_sm == registry.get("07_mma").tuning.defaults["ATTN07_MIN_CTAS"]
-    assert list(fresh_cache.glob("static/07_mma-*.json")), "the verdict's build is cached"
+    reports = list(fresh_cache.glob("cubin/07_mma-sm_89-*.ptxas"))
+    assert reports and not list(fresh_cache.glob("cubin/07_mma-sm_89-*.cubin")), \
+        "the verdict's ptxas report is cached, the cubin nothing loads is not kept"
     # Eight warps kept at two CTAs per SM cap ptxas at 128 registers: the 128-key tile spills.
     spill = search.static_gate("07_mma", {"ATTN07_WARPS": 8, "ATTN07_BLOCK_N_D64": 128, "ATTN07_MIN_CTAS": 2}, 64)
     assert not spill.ok and spill.compiled and spill.spill_bytes > 0 and "spills" in spill.problems[0]
@@ -279,7 +281,7 @@ def test_configured_kernels_agree_with_the_registry_on_shared_memory(tmp_path):
                           f"\"D={D}\");\n" for D in (64, 128))
         unit = tmp_path / f"check_{kernel_id}.cu"
         unit.write_text(f'#include "{spec.source}"\n{asserts}')
-        proc = subprocess.run(["nvcc", "-arch=sm_89", "-cubin", "-std=c++17", *define_flags(spec.defines),
+        proc = subprocess.run([toolchain.nvcc(), "-arch=sm_89", "-cubin", "-std=c++17", *define_flags(spec.defines),
                                "-I", str(kernels_dir()), "-o", str(tmp_path / "x.cubin"), str(unit)],
                               capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr[-2000:]

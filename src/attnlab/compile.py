@@ -1,14 +1,16 @@
 """Turn kernels/*.cu into launchable CuPy functions on the GPU at hand, cached.
 
 Two back ends, both through `cupy.RawModule`:
-- nvcc (the default where nvcc is on PATH): compile a cubin for the exact GPU, then load it. The
-  binary that runs is then built by the same compiler and flags as the one `attnlab inspect`
-  reads registers and SASS from.
-- NVRTC (`ATTNLAB_BACKEND=nvrtc`, or no nvcc): CuPy compiles the source in process. Readers with
-  only `cupy-cuda13x[ctk]` (no toolkit) use this path.
-Either way the result is cached on disk (cubins under the attnlab cache, NVRTC output in
-CuPy's kernel cache) and in memory, keyed by the kernel's source hash and its configuration, so
-compile time never reaches a timing.
+- nvcc (the default; `attnlab.toolchain` finds it in this environment's CUDA wheels): compile a
+  cubin for the exact GPU, then load it. The binary that runs is then built by the same compiler
+  and flags as the one `attnlab inspect` reads registers and SASS from.
+- NVRTC (`ATTNLAB_BACKEND=nvrtc`, or no nvcc): CuPy compiles the source in process.
+
+Every nvcc build is cached on disk (ATTNLAB_CACHE) under a key of everything that decides its
+output: the kernel's source and headers, its configuration, the target, the flags and nvcc's
+version. A second `inspect`, a prebuilt GPU session or a re-run chapter reads the cubin and
+ptxas's report back instead of compiling. Loaded functions are cached in memory too, so compile
+time never reaches a timing.
 
 A configured kernel (chapter 8: `spec.with_config(...)`) is the same source built with its knobs
 as preprocessor defines, `-DNAME=VALUE`; the defines are part of every cache key.
@@ -18,10 +20,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-import shutil
 import subprocess
+import tempfile
+import threading
 from pathlib import Path
 
+from . import toolchain
 from .env import require_gpu
 from .paths import cache_dir, kernels_dir
 from .registry import KernelSpec
@@ -42,7 +46,7 @@ def backend() -> str:
         return choice
     if choice:
         raise ValueError(f"ATTNLAB_BACKEND must be 'nvcc' or 'nvrtc', not {choice!r}")
-    return "nvcc" if shutil.which("nvcc") else "nvrtc"
+    return "nvcc" if toolchain.has_nvcc() else "nvrtc"
 
 
 def define_flags(defines) -> list[str]:
@@ -58,31 +62,74 @@ def config_tag(defines) -> str:
     return "-cfg" + hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+def build_key(spec: KernelSpec, arch: str) -> str:
+    """sha256 of everything that decides an nvcc build: source and headers, configuration, target,
+    flags, nvcc's version. Raises ToolMissing without an nvcc."""
+    parts = [kernel_hash(spec), repr(sorted(spec.defines)), arch, repr(NVCC_FLAGS), toolchain.nvcc_version()]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
 def cubin_path(spec: KernelSpec, arch: str) -> Path:
-    """Where the cached cubin of a kernel (and configuration) for `arch` lives."""
-    return cache_dir() / "cubin" / f"{spec.id}-{kernel_hash(spec)[:16]}{config_tag(spec.defines)}-{arch}.cubin"
+    """Where the cached cubin of a kernel (and configuration) for `arch` lives; ptxas's report of
+    the same build sits beside it (`.ptxas`)."""
+    return cache_dir() / "cubin" / f"{spec.id}{config_tag(spec.defines)}-{arch}-{build_key(spec, arch)[:16]}.cubin"
 
 
-def nvcc_cubin(spec: KernelSpec, arch: str, out: Path | None = None, defines=None) -> tuple[Path, str]:
-    """Compile one kernel to a cubin for `arch` (sm_XY); returns (path, ptxas report).
-
-    `defines` (a dict or (name, value) pairs) builds the kernel with that configuration, as
-    `spec.with_config(defines)` would; by default the spec's own (none for a registered kernel)."""
-    if defines is not None:
-        spec = spec.with_config(defines)
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        raise KernelBuildError("nvcc is not on PATH: install the CUDA toolkit's compiler "
-                               "(nvidia-cuda-nvcc) or set ATTNLAB_BACKEND=nvrtc on a GPU machine")
-    out = out or cubin_path(spec, arch)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [nvcc, f"-arch={arch}", "-cubin", "-Xptxas", "-v", *NVCC_FLAGS, *define_flags(spec.defines),
+def _compile(spec: KernelSpec, arch: str, out: Path) -> str:
+    """Run nvcc once; returns ptxas's report."""
+    cmd = [toolchain.nvcc(), f"-arch={arch}", "-cubin", "-Xptxas", "-v", *NVCC_FLAGS, *define_flags(spec.defines),
            "-I", str(kernels_dir()), "-o", str(out), str(spec.path)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         what = f"{spec.id} ({arch}{', ' + spec.config_label() if spec.defines else ''})"
         raise KernelBuildError(f"nvcc failed for {what}:\n{proc.stderr}")
-    return out, proc.stderr
+    return proc.stderr
+
+
+def _publish(tmp: Path, final: Path) -> None:
+    # Parallel builds (prebuild, the search's static gate) may race for one key: each writes its
+    # own temporary file and renames it, so a reader never sees half a file.
+    tmp.replace(final)
+
+
+def nvcc_cubin(spec: KernelSpec, arch: str, out: Path | None = None, defines=None) -> tuple[Path, str]:
+    """Compile one kernel to a cubin for `arch` (sm_XY); returns (path, ptxas report).
+
+    Without `out`, the build comes from the cache when it is there and goes into it when not.
+    `defines` (a dict or (name, value) pairs) builds the kernel with that configuration, as
+    `spec.with_config(defines)` would; by default the spec's own (none for a registered kernel)."""
+    if defines is not None:
+        spec = spec.with_config(defines)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        return out, _compile(spec, arch, out)
+    cubin = cubin_path(spec, arch)
+    report = cubin.with_suffix(".ptxas")
+    if cubin.exists() and report.exists():
+        return cubin, report.read_text()
+    cubin.parent.mkdir(parents=True, exist_ok=True)
+    tag = f".{os.getpid()}.{threading.get_ident()}.tmp"
+    text = _compile(spec, arch, cubin.with_suffix(tag))
+    report.with_suffix(tag + "r").write_text(text)
+    _publish(report.with_suffix(tag + "r"), report)
+    _publish(cubin.with_suffix(tag), cubin)
+    return cubin, text
+
+
+def ptxas_report(spec: KernelSpec, arch: str) -> str:
+    """ptxas's resource report of one build, from the cache when it is there. A miss builds the
+    cubin in a scratch folder and keeps only the report: the search's static gate asks this of
+    hundreds of configurations whose cubins nothing loads."""
+    report = cubin_path(spec, arch).with_suffix(".ptxas")
+    if report.exists():
+        return report.read_text()
+    report.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        text = _compile(spec, arch, Path(tmp) / "kernel.cubin")
+    tmp_report = report.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmpr")
+    tmp_report.write_text(text)
+    _publish(tmp_report, report)
+    return text
 
 
 def _device_index(device=None) -> int:
@@ -99,14 +146,6 @@ def _device_arch(index: int) -> str:
     return f"sm_{major}{minor}"
 
 
-def _cuda_include_dirs() -> list[str]:
-    dirs = []
-    for root in (os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
-        if root and Path(root, "include", "cuda_fp16.h").exists():
-            dirs.append(str(Path(root, "include")))
-    return dirs
-
-
 @functools.lru_cache(maxsize=None)
 def _load(kernel_id: str, source_hash: str, arch: str, which: str, defines: tuple = ()):
     import cupy
@@ -114,12 +153,10 @@ def _load(kernel_id: str, source_hash: str, arch: str, which: str, defines: tupl
 
     spec = get(kernel_id).with_config(defines)
     if which == "nvcc":
-        cubin = cache_dir() / "cubin" / f"{spec.id}-{source_hash[:16]}{config_tag(defines)}-{arch}.cubin"
-        if not cubin.exists():
-            nvcc_cubin(spec, arch, cubin)
+        cubin, _ = nvcc_cubin(spec, arch)
         return cupy.RawModule(path=str(cubin))
     options = ("-std=c++17", f"--include-path={kernels_dir()}",
-               *(f"--include-path={d}" for d in _cuda_include_dirs()), *define_flags(defines))
+               *(f"--include-path={d}" for d in toolchain.include_dirs()), *define_flags(defines))
     try:
         module = cupy.RawModule(code=read_source(spec), options=options)
         module.compile()

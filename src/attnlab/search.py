@@ -27,22 +27,17 @@ launches.
 """
 from __future__ import annotations
 
-import functools
 import itertools
-import json
 import math
 import os
 import random
-import shutil
-import subprocess
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from . import registry
+from . import registry, toolchain
 from .gpus import SM_LIMITS, Occupancy, occupancy  # noqa: F401 (chapter 8 reads them here)
 from .gpus import max_smem_per_block
 from .registry import KernelSpec
@@ -141,38 +136,13 @@ class StaticVerdict:
         return d
 
 
-@functools.lru_cache(maxsize=1)
-def _nvcc_version() -> str:
-    exe = shutil.which("nvcc")
-    if exe is None:
-        return "none"
-    out = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
-    return out[-1] if out else "unknown"
-
-
 def _ptxas_functions(spec: KernelSpec, arch: str) -> list[dict]:
-    """ptxas's report of every function of a (configured) kernel for `arch`, cached on disk by the
-    source hash, the configuration, the target and the nvcc version."""
-    from .compile import config_tag, nvcc_cubin
-    from .paths import cache_dir
-    from .sources import kernel_hash
+    """ptxas's report of every function of a (configured) kernel for `arch`, from the build cache
+    (keyed by source, configuration, target, flags and nvcc's version)."""
+    from .compile import ptxas_report
     from .static import parse_ptxas
 
-    tag = f"{kernel_hash(spec)[:16]}{config_tag(spec.defines)}-{arch}"
-    path = cache_dir() / "static" / f"{spec.id}-{tag}.json"
-    version = _nvcc_version()
-    if path.exists():
-        cached = json.loads(path.read_text())
-        if cached.get("nvcc") == version:
-            return cached["functions"]
-    with tempfile.TemporaryDirectory() as tmp:
-        _, report = nvcc_cubin(spec, arch, Path(tmp) / f"{spec.id}.cubin")
-    functions = [asdict(f) for f in parse_ptxas(report)]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp_path = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp_path.write_text(json.dumps({"nvcc": version, "functions": functions}))
-    tmp_path.replace(path)
-    return functions
+    return [asdict(f) for f in parse_ptxas(ptxas_report(spec, arch))]
 
 
 def static_gate(kernel_id: str, config: dict, D: int, arch: str = REFERENCE_ARCH) -> StaticVerdict:
@@ -190,7 +160,7 @@ def static_gate(kernel_id: str, config: dict, D: int, arch: str = REFERENCE_ARCH
     verdict = StaticVerdict(kernel_id, dict(config), D, arch, threads=math.prod(spec.block(shape)),
                             dynamic_smem=spec.dynamic_smem(shape))
     verdict.problems = spec.config_problems(D)
-    if verdict.problems or shutil.which("nvcc") is None:
+    if verdict.problems or not toolchain.has_nvcc():
         # Without nvcc (a GPU machine with NVRTC only) the arithmetic rules are all that can be said
         # before a build: DeviceFitness then reads the loaded kernel's attributes instead.
         return verdict

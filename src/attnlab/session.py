@@ -209,10 +209,12 @@ STAGE_TOOLS: dict[str, tuple[str, ...]] = {"extras": ("nvcc", "cuobjdump"), "boo
 
 
 def _tool_missing(name: str) -> bool:
-    if name == "cuobjdump":  # also found in the nvidia-cuda-cuobjdump wheel, off PATH
-        from .static import ToolMissing, cuobjdump_path
+    # nvcc and cuobjdump are found where attnlab.toolchain looks (the environment's CUDA wheels, or
+    # the image's toolkit with ATTNLAB_NVCC=system), not necessarily on PATH.
+    if name in ("nvcc", "cuobjdump"):
+        from .toolchain import ToolMissing, cuobjdump, nvcc
         try:
-            cuobjdump_path()
+            (nvcc if name == "nvcc" else cuobjdump)()
         except ToolMissing:
             return True
         return False
@@ -242,10 +244,18 @@ def preflight(stage: str, arch: str | None = None) -> list[str]:
         from .compile import _device_arch, _device_index
         arch = _device_arch(_device_index())
     if arch and (not gpu or backend() == "nvcc"):
+        if _tool_missing("nvcc"):
+            return problems + ["no nvcc, so no cached cubin can be looked up (ATTNLAB_NVCC=system on a GPU image)"]
         missing = [s.id for s in registry.select(None) if not cubin_path(s, arch).exists()]
         if missing:
-            problems.append(f"no {arch} cubin in {cubin_path(registry.get(missing[0]), arch).parent} for "
-                            f"{', '.join(missing)}: run `python -m attnlab prebuild --arch {arch}` where nvcc is")
+            from .toolchain import nvcc_version
+            # A cubin of the same kernel under another key: built from other sources or by another
+            # nvcc than this machine's; the stage then builds its own (seconds per kernel).
+            other = [kid for kid in missing if any(cubin_path(registry.get(kid), arch).parent.glob(f"{kid}-{arch}-*.cubin"))]
+            problems.append(f"no {arch} cubin built by this nvcc ({nvcc_version()}) from these sources in "
+                            f"{cubin_path(registry.get(missing[0]), arch).parent} for {', '.join(missing)}"
+                            + (f" ({len(other)} of them built by another nvcc or from older sources)" if other else "")
+                            + f": run `python -m attnlab prebuild --arch {arch}` with nvcc {nvcc_version()}")
     return problems
 
 

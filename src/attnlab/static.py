@@ -1,22 +1,24 @@
 """Static inspection without a GPU: build each kernel with nvcc for a target, read ptxas's
 resource report (registers, shared memory, stack, spills) and count the SASS instructions.
 
-cuobjdump comes from the `nvidia-cuda-cuobjdump` wheel (site-packages/nvidia/cu13/bin), or the
-CUDA toolkit where one is installed.
+nvcc and cuobjdump come from this environment's CUDA wheels (`attnlab.toolchain`). Builds and SASS
+listings are cached on disk by everything that decides them (`attnlab.compile.build_key`, and
+cuobjdump's version), so a second inspection of unchanged kernels compiles nothing.
 """
 from __future__ import annotations
 
+import os
 import re
-import shutil
 import subprocess
-import sysconfig
-import tempfile
+import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from . import toolchain
 from .compile import nvcc_cubin
+from .toolchain import ToolMissing  # noqa: F401 - re-exported: callers catch it from here
 from .registry import L4_MAX_SMEM_PER_BLOCK, KernelSpec
 
 ARCHES = ("sm_80", "sm_89", "sm_90")
@@ -43,18 +45,8 @@ _SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) b
 _USED = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?(?:, (\d+) bytes smem)?")
 
 
-class ToolMissing(RuntimeError):
-    pass
-
-
 def cuobjdump_path() -> str:
-    found = shutil.which("cuobjdump")
-    if found:
-        return found
-    for base in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}:
-        for cand in sorted(Path(base, "nvidia").glob("cu*/bin/cuobjdump")):
-            return str(cand)
-    raise ToolMissing("cuobjdump not found: `pip install nvidia-cuda-cuobjdump` (it is in requirements.txt)")
+    return toolchain.cuobjdump()
 
 
 @dataclass
@@ -121,27 +113,38 @@ class Build:
     """One nvcc build of a kernel for one target: ptxas's report and cuobjdump's SASS listing."""
     ptxas: str
     sass: str
-    seconds: float
+    seconds: float                             # this call's wall time: near 0 when it came from the cache
 
 
 _BUILDS: dict[tuple, Build] = {}
 
 
 def build(spec: KernelSpec, arch: str) -> Build:
-    """Build `spec` (with its configuration, if any) for `arch`, once per process and source: a
-    chapter that prints resources, then opcode counts, then a listing compiles the kernel once."""
+    """Build `spec` (with its configuration, if any) for `arch`: from the disk cache when this
+    source, configuration, target and toolchain were built before, and once per process either way
+    (a chapter that prints resources, then opcode counts, then a listing reads the build once)."""
     from .sources import kernel_hash
 
     key = (spec.id, spec.defines, arch, kernel_hash(spec))
     if key not in _BUILDS:
         t0 = time.perf_counter()
-        with tempfile.TemporaryDirectory() as tmp:
-            cubin, report = nvcc_cubin(spec, arch, Path(tmp) / f"{spec.id}.cubin")
-            proc = subprocess.run([cuobjdump_path(), "-sass", str(cubin)], capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"cuobjdump failed on {spec.id} ({arch}): {proc.stderr}")
-        _BUILDS[key] = Build(report, proc.stdout, round(time.perf_counter() - t0, 2))
+        cubin, report = nvcc_cubin(spec, arch)
+        _BUILDS[key] = Build(report, _sass(cubin, spec, arch), round(time.perf_counter() - t0, 2))
     return _BUILDS[key]
+
+
+def _sass(cubin: Path, spec: KernelSpec, arch: str) -> str:
+    """cuobjdump's SASS listing of a cached cubin, cached beside it per cuobjdump version."""
+    listing = cubin.with_suffix(f".cuobjdump-{toolchain.cuobjdump_version()}.sass")
+    if listing.exists():
+        return listing.read_text()
+    proc = subprocess.run([cuobjdump_path(), "-sass", str(cubin)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"cuobjdump failed on {spec.id} ({arch}): {proc.stderr}")
+    tmp = listing.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmps")
+    tmp.write_text(proc.stdout)
+    tmp.replace(listing)
+    return proc.stdout
 
 
 def opcode_counts(sass: str) -> Counter:
