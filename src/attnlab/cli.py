@@ -3,10 +3,95 @@ verify-results, import-evidence, report, mutate, prebuild."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
+import os
+import re
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 from . import registry
+
+
+class UsageError(Exception):
+    """A command asked for what it cannot do: an unknown id, a shape no kernel takes, a missing file,
+    no GPU for a GPU command. main() prints it as one line, `attnlab CMD: message`, and returns 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's own complaints as one line, not a usage block: the block hides the one line that
+    says what is wrong. main() prints the line and returns 2 (argparse would exit)."""
+
+    def error(self, message):
+        raise UsageError(f"{self.prog}: error: {message} (see --help)")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
+    return value
+
+
+def _bool(text: str) -> bool:
+    value = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}.get(text.lower())
+    if value is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
+    return value
+
+
+def _arch(text: str) -> str:
+    """A GPU target, sm_ and a compute capability (sm_89, sm_90a). Which ones nvcc builds for is
+    nvcc's to say; this only keeps a typo from reaching it as a build failure."""
+    from .static import ARCHES
+
+    if text not in ARCHES and not re.fullmatch(r"sm_\d{2,3}[af]?", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a GPU target like {', '.join(ARCHES)}")
+    return text
+
+
+def _unknown(what: str, name: str, known, where: str) -> UsageError:
+    close = difflib.get_close_matches(name, list(known), n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return UsageError(f"unknown {what} {name!r}; {hint}{where}")
+
+
+def _kernels(ids) -> list:
+    """The kernels named on the command line (all of them when none is), checked before anything
+    needs a GPU or a compiler, so a typo is named as a typo on any machine."""
+    for kid in ids or ():
+        if kid not in registry.KERNELS:
+            raise _unknown("kernel", kid, registry.KERNELS, "`python -m attnlab list` shows the registered ids")
+    return registry.select(ids)
+
+
+def _check_shape(shape, specs, named: bool, causal: bool = False) -> None:
+    """A --shape must suit the kernels: every kernel named must take it; with none named (all of
+    them, and bench and profile skip those that cannot take it) at least one must."""
+    from .launch import shape_problem
+
+    problems = [p for s in specs if (p := shape_problem(s, shape, causal))]
+    text = "--shape " + " ".join(map(str, shape))
+    if named and problems:
+        raise UsageError(f"{text}: {problems[0]}")
+    if problems and len(problems) == len(specs):
+        if not any(s.supports_head_dim(shape.D) for s in specs):
+            raise UsageError(f"{text}: no kernel supports head dim D={shape.D} "
+                             "(`python -m attnlab list` shows each kernel's head dims)")
+        raise UsageError(f"{text}: no kernel takes it ({problems[0]})")
 
 
 def cmd_list(args) -> int:
@@ -24,20 +109,32 @@ def cmd_list(args) -> int:
 def cmd_inspect(args) -> int:
     from tqdm.auto import tqdm
 
+    from . import toolchain
     from .compile import KernelBuildError
     from .static import inspect_kernel
 
-    specs = registry.select(args.kernels)
+    specs = _kernels(args.kernels)
+    # Both tools up front: without one, a single line (ToolMissing, in main), not one failure per build.
+    toolchain.nvcc()
+    toolchain.cuobjdump()
     work = [(s, a) for s in specs for a in args.arch]
-    reports, failures = [], []
-    for spec, arch in tqdm(work, desc="nvcc", unit="build", disable=args.json):
+
+    def one(job):
         try:
-            rep = inspect_kernel(spec, arch)
+            return inspect_kernel(*job)
         except KernelBuildError as exc:
-            failures.append(str(exc))
-            continue
-        reports.append(rep)
-        failures += [f"{spec.id}: {p}" for p in rep.problems]
+            return exc
+
+    reports, failures = [], []
+    # nvcc runs in subprocesses: one build per core on a cold cache; a warm one compiles nothing.
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        for (spec, _), rep in zip(work, tqdm(pool.map(one, work), total=len(work), desc="nvcc", unit="build",
+                                             disable=args.json)):
+            if isinstance(rep, KernelBuildError):
+                failures.append(str(rep))
+                continue
+            reports.append(rep)
+            failures += [f"{spec.id}: {p}" for p in rep.problems]
     if args.json:
         print(json.dumps([r.to_dict() for r in reports], indent=1))
     else:
@@ -59,15 +156,13 @@ def cmd_inspect(args) -> int:
     return 0
 
 
-def _gpu_or_exit(what: str) -> bool:
+def _require_gpu(what: str) -> None:
+    """Called after the arguments are checked: a wrong id is named as such on any machine."""
     from .env import has_gpu
 
     if not has_gpu():
-        print(f"attnlab {what}: no CUDA GPU here (torch.cuda.is_available() is False). "
-              f"`{what}` measures on a GPU and never fakes a result; use `inspect` and "
-              "`verify-results` without one.", file=sys.stderr)
-        return False
-    return True
+        raise UsageError(f"no CUDA GPU here (torch.cuda.is_available() is False). `{what}` measures on a GPU "
+                         "and never fakes a result; use `inspect` and `verify-results` without one.")
 
 
 def cmd_check_cpu(args) -> int:
@@ -76,13 +171,12 @@ def cmd_check_cpu(args) -> int:
     from .cpu import CPU_SCHEDULE_SEEDS, format_table_cpu, run_suite_cpu
     from .executor import ExecutorUnavailable
 
-    specs = registry.select(args.kernels)
+    specs = _kernels(args.kernels)
     seeds = CPU_SCHEDULE_SEEDS[:1] if args.quick else CPU_SCHEDULE_SEEDS
     try:
         cases = run_suite_cpu(specs, seeds=seeds)
-    except ExecutorUnavailable as exc:
-        print(f"attnlab check --cpu: {exc}", file=sys.stderr)
-        return 2
+    except ExecutorUnavailable as exc:  # no C++ compiler: the machine cannot do it, as without a GPU
+        raise UsageError(f"--cpu: {exc}") from None
     print(format_table_cpu(cases))
     return 0 if all(c.passed for c in cases) else 1
 
@@ -93,12 +187,15 @@ def cmd_mutate(args) -> int:
     from . import mutation
     from .executor import ExecutorUnavailable, compiler
 
+    known = [m.id for m in mutation.MUTANTS]
+    for mid in args.mutants:
+        if mid not in known:
+            raise _unknown("mutant", mid, known, f"known: {', '.join(known)}")
+    chosen = [mutation.get(m) for m in args.mutants] if args.mutants else list(mutation.MUTANTS)
     try:
         compiler()
-        chosen = [mutation.get(m) for m in args.mutants] if args.mutants else list(mutation.MUTANTS)
-    except (ExecutorUnavailable, KeyError) as exc:
-        print(f"attnlab mutate: {exc.args[0]}", file=sys.stderr)
-        return 2
+    except ExecutorUnavailable as exc:
+        raise UsageError(str(exc)) from None
     outcomes = mutation.run_all(chosen, jobs=args.jobs)
     print(mutation.format_table(outcomes))
     return 0 if all(o.ok for o in outcomes) else 1
@@ -107,13 +204,12 @@ def cmd_mutate(args) -> int:
 def cmd_check(args) -> int:
     if getattr(args, "cpu", False):
         return cmd_check_cpu(args)
-    if not _gpu_or_exit("check"):
-        return 2
+    specs = _kernels(args.kernels)
+    _require_gpu("check")
     from .check import CHECK_SEEDS, format_table, run_suite
     from .results import new_record, write_record
     from .shapes import PROBE_SHAPES
 
-    specs = registry.select(args.kernels)
     seeds = CHECK_SEEDS[:1] if args.quick or args.probe else CHECK_SEEDS
     results = run_suite(specs, shapes=PROBE_SHAPES if args.probe else None, seeds=seeds)
     print(format_table(results))
@@ -146,19 +242,25 @@ def _mark_probed(specs, results) -> None:
 
 
 def cmd_bench(args) -> int:
-    if not _gpu_or_exit("bench"):
-        return 2
-    from .bench import failed_cases, run_bench
-    from .results import write_record
     from .shapes import BENCH_SHAPES, QUICK_SWEEP_LENGTHS, SWEEP_LENGTHS, Shape, sweep
 
-    specs = registry.select(args.kernels)
+    specs = _kernels(args.kernels)
+    if args.shape:
+        shapes = list(dict.fromkeys(Shape(*s) for s in args.shape))
+        for shape in shapes:
+            _check_shape(shape, specs, named=bool(args.kernels))
+    else:
+        shapes = list(dict.fromkeys(BENCH_SHAPES + sweep(QUICK_SWEEP_LENGTHS if args.quick else SWEEP_LENGTHS)))
+    _require_gpu("bench")
+    from .bench import failed_cases, run_bench
+    from .results import write_record
+
     if args.only_probed:
+        # After the GPU check: a session's rehearsal without a GPU runs this very line and reads
+        # the refusal for want of a GPU (session.NO_GPU_LINE).
         folder = _probe_dir()
         if folder is None:
-            print("attnlab bench --only-probed: ATTNLAB_SESSION_WORK is not set (a GPU session's stage sets it)",
-                  file=sys.stderr)
-            return 2
+            raise UsageError("--only-probed: ATTNLAB_SESSION_WORK is not set (a GPU session's stage sets it)")
         left_out = [s.id for s in specs if not (folder / s.id).exists()]
         for kid in left_out:
             print(f"not timed: {kid} (it failed, crashed or hung in its probe)", file=sys.stderr)
@@ -166,10 +268,6 @@ def cmd_bench(args) -> int:
         if not specs:
             print("attnlab bench: no kernel came through its probe", file=sys.stderr)
             return 1
-    if args.shape:
-        shapes = list(dict.fromkeys(Shape(*s) for s in args.shape))
-    else:
-        shapes = list(dict.fromkeys(BENCH_SHAPES + sweep(QUICK_SWEEP_LENGTHS if args.quick else SWEEP_LENGTHS)))
     record = run_bench(specs, shapes, quick=args.quick)
     failed = failed_cases(record)
     if not args.no_record:
@@ -185,13 +283,12 @@ def cmd_sanitize(args) -> int:
 
     if args.child:
         return run_child(args.child)
-    if not _gpu_or_exit("sanitize"):
-        return 2
+    specs = _kernels(args.kernels)
+    _require_gpu("sanitize")
     from tqdm.auto import tqdm
 
     from .results import new_record, write_record
 
-    specs = registry.select(args.kernels)
     work = [(s, t) for s in specs for t in args.tool]
     cases = []
     for spec, tool in tqdm(work, desc="compute-sanitizer", unit="run"):
@@ -220,14 +317,18 @@ def cmd_search(args) -> int:
 
     kernels = args.kernels or ["07_mma"]
     shape = _shape(args.shape)
-    for kid in kernels:
-        search._tunable(kid)  # a clear error for a kernel without knobs
+    for spec in _kernels(kernels):
+        if spec.tuning is None:
+            raise UsageError(f"{spec.id} has no knobs to search; searchable: {', '.join(search.searchable())}")
+        for causal in args.causal:
+            _check_shape(shape, [spec], named=True, causal=causal)
     if args.static or not has_gpu():
         if not args.static:
             print("attnlab search: no CUDA GPU here (torch.cuda.is_available() is False), so nothing is "
                   "measured; the static space follows (--static shows it on a GPU machine too).", file=sys.stderr)
         for kid in kernels:
-            verdicts = search.static_space(kid, shape.D, args.arch, progress=not args.json)
+            # Progress bars only on a terminal: in a log they are noise around the one line above.
+            verdicts = search.static_space(kid, shape.D, args.arch, progress=not args.json and sys.stderr.isatty())
             if args.json:
                 print(json.dumps([v.to_dict() for v in verdicts], indent=1))
                 continue
@@ -240,7 +341,7 @@ def cmd_search(args) -> int:
                 status = "ok  " if v.ok else "REFUSED"
                 print(f"  {status} {search.config_text(v.config, kid, shape.D):<48} {regs:>10} "
                       f"{v.smem:>7} B smem  {occ}{'' if v.ok else '  ' + v.problems[0]}")
-        return 0 if args.static else 2
+        return 0  # the static space is the command's job without a GPU: done
     from .results import write_record
 
     status = 0
@@ -290,15 +391,19 @@ def cmd_profile(args) -> int:
     if args.child:
         return profile.run_child(args.child, _shape(args.shape))
     metrics = args.metrics or list(profile.DEFAULT_METRICS)
-    if not _gpu_or_exit("profile"):
-        print("The command it would run for each kernel:", file=sys.stderr)
-        for spec in registry.select(args.kernels):
-            print("  " + " ".join(profile.ncu_command(spec.id, metrics, _shape(args.shape), python="python")),
-                  file=sys.stderr)
-        return 2
+    specs, shape = _kernels(args.kernels), _shape(args.shape)
+    _check_shape(shape, specs, named=bool(args.kernels))
+    from .env import has_gpu
+
+    if not has_gpu():  # what it would run goes to stdout; stderr carries the one line of the refusal
+        print("The command it would run for each kernel:")
+        for spec in specs:
+            if spec.supports_head_dim(shape.D):
+                print("  " + " ".join(profile.ncu_command(spec.id, metrics, shape, python="python")))
+        _require_gpu("profile")
     from .results import write_record
 
-    record, failures = profile.run_profile(args.kernels or None, metrics, _shape(args.shape))
+    record, failures = profile.run_profile(args.kernels or None, metrics, shape)
     for case in record["cases"]:
         values = ", ".join(f"{profile.METRICS[n].short if n in profile.METRICS else n}="
                            f"{m['value'] if m['value'] is not None else 'n/a'}" for n, m in case["metrics"].items())
@@ -329,41 +434,62 @@ def cmd_verify(args) -> int:
 
 
 def cmd_prebuild(args) -> int:
-    """Every cubin a GPU session loads, built here into attnlab's cache (ATTNLAB_CACHE)."""
-    from .compile import KernelBuildError
-    from .paths import cache_dir
-    from .prebuild import prebuild
+    """Every cubin a GPU session loads, built into attnlab's cache (ATTNLAB_CACHE); with --into,
+    exactly those files copied into a folder to carry."""
+    from pathlib import Path
 
-    try:
-        failures = prebuild(args.arch)
-    except KernelBuildError as exc:
-        print(f"attnlab prebuild: {str(exc).splitlines()[0]}", file=sys.stderr)
-        return 2
+    from . import toolchain
+    from .paths import cache_dir
+    from .prebuild import carried_files, export, prebuild
+
+    toolchain.nvcc()  # no nvcc: one line (ToolMissing, in main) before any progress bar
+    failures = prebuild(args.arch)
     for f in failures:
         print(f"FAIL {f}", file=sys.stderr)
-    cubins = list((cache_dir() / "cubin").glob(f"*-{args.arch}.cubin"))
-    print(f"{len(cubins)} cubins for {args.arch} in {cache_dir()}, "
-          f"{sum(p.stat().st_size for p in cubins) / 2**20:.1f} MiB")
+    if args.into:
+        count, size = export(Path(args.into), args.arch)
+        print(f"{count} files (cubins and ptxas reports) for {args.arch} in {args.into}, {size / 2**20:.1f} MiB, "
+              f"by nvcc {toolchain.nvcc_version()}")
+    else:
+        files = carried_files(args.arch)
+        print(f"{len(files)} files (cubins and ptxas reports) for {args.arch} in {cache_dir()}, "
+              f"{sum(p.stat().st_size for p in files) / 2**20:.1f} MiB, by nvcc {toolchain.nvcc_version()}")
     return 1 if failures else 0
 
 
 def cmd_import_evidence(args) -> int:
+    from pathlib import Path
+
     from .evidence import main as import_main
 
+    for archive in args.archives:  # a typo in a path is a usage mistake; a refused archive is not
+        if not Path(archive).exists():
+            raise UsageError(f"no such file: {archive}")
     return import_main(args.archives, run_nbval=not args.no_nbval, allow_rehearsal=args.allow_rehearsal)
 
 
 def _print_report(as_json) -> None:
+    from .paths import repo_root, results_dir
     from .results import report_rows
 
     rows = report_rows()
     if as_json:
         print(json.dumps(rows, indent=1))
         return
-    for r in rows:
-        print(f"{r['gpu']:<26} {r['kernel']:<14} {str(tuple(r['shape'])):<20} causal={str(r['causal']):<5} "
-              f"{r['median_us']:9.1f} µs  SDPA {r['sdpa_backend']:<9} {r['sdpa_median_us']:8.1f} µs  "
-              f"x{r['speedup_vs_sdpa']:.2f}  check={'pass' if r['check_passed'] else 'FAIL'}")
+    if not rows:
+        folder = results_dir()
+        where = "results/" if folder == repo_root() / "results" else str(folder)
+        print(f"No fresh bench record under {where}: `python -m attnlab bench` on a GPU makes one.")
+        return
+    table = [("gpu", "kernel", "shape", "causal", "kernel µs", "SDPA", "SDPA µs", "vs SDPA", "check")]
+    table += [(r["gpu"], r["kernel"], str(tuple(r["shape"])), str(r["causal"]), f"{r['median_us']:.1f}",
+               r["sdpa_backend"], f"{r['sdpa_median_us']:.1f}", f"x{r['speedup_vs_sdpa']:.2f}",
+               "pass" if r["check_passed"] else "FAIL") for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    numeric = {4, 6, 7}
+    for row in table:
+        cells = [c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        print("  ".join(cells).rstrip())
 
 
 def cmd_report(args) -> int:
@@ -371,15 +497,15 @@ def cmd_report(args) -> int:
     return 0
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     from .static import ARCHES
 
-    p = argparse.ArgumentParser(prog="python -m attnlab", description=__doc__)
-    sub = p.add_subparsers(dest="cmd", required=True)
+    p = _Parser(prog="python -m attnlab", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     sub.add_parser("list", help="the registered kernels").set_defaults(fn=cmd_list)
     sp = sub.add_parser("inspect", help="static build, resources and SASS mix (no GPU needed)")
     sp.add_argument("kernels", nargs="*", metavar="KERNEL")
-    sp.add_argument("--arch", nargs="+", default=list(ARCHES), help="targets, e.g. sm_80 sm_89 sm_90")
+    sp.add_argument("--arch", nargs="+", type=_arch, default=list(ARCHES), help="targets, e.g. sm_80 sm_89 sm_90")
     sp.add_argument("--json", action="store_true", help="machine-readable reports")
     sp.set_defaults(fn=cmd_inspect)
     for name, fn, text in (("check", cmd_check, "the correctness suite on a GPU"),
@@ -396,7 +522,7 @@ def main(argv=None) -> int:
                             help="one seed at two shapes, no record: does the kernel run and pass at all (a GPU "
                                  "session probes each kernel in its own process before timing them together)")
         else:
-            sp.add_argument("--shape", nargs=4, type=int, action="append", metavar=("B", "H", "L", "D"),
+            sp.add_argument("--shape", nargs=4, type=_positive_int, action="append", metavar=("B", "H", "L", "D"),
                             help="time at this shape (repeatable) instead of the mission shape and the sweep")
             sp.add_argument("--only-probed", action="store_true",
                             help="time only the kernels `check --probe` passed in this GPU session")
@@ -404,7 +530,7 @@ def main(argv=None) -> int:
     sp = sub.add_parser("mutate", help="plant each listed mistake in a scratch copy of the kernels and show the "
                                        "CPU suite catches it (no GPU needed); exit 1 on a survivor")
     sp.add_argument("mutants", nargs="*", metavar="MUTANT", help="ids from attnlab/mutants.py (default: all)")
-    sp.add_argument("--jobs", type=int, default=None, help="mutants run at once (default: up to 4)")
+    sp.add_argument("--jobs", type=_positive_int, default=None, help="mutants run at once (default: up to 4)")
     sp.set_defaults(fn=cmd_mutate)
     sp = sub.add_parser("sanitize", help="compute-sanitizer on each kernel at small shapes (GPU); writes a record")
     sp.add_argument("kernels", nargs="*", metavar="KERNEL")
@@ -416,17 +542,18 @@ def main(argv=None) -> int:
     sp = sub.add_parser("search", help="chapter 8: search a kernel's knobs on a GPU (writes a record); "
                                        "without one, or with --static, the static space")
     sp.add_argument("kernels", nargs="*", metavar="KERNEL", help="default: 07_mma")
-    sp.add_argument("--shape", nargs=4, type=int, metavar=("B", "H", "L", "D"), help="default: the mission shape")
-    sp.add_argument("--causal", nargs="+", type=lambda s: s.lower() in ("1", "true", "yes"), default=[False],
+    sp.add_argument("--shape", nargs=4, type=_positive_int, metavar=("B", "H", "L", "D"),
+                    help="default: the mission shape")
+    sp.add_argument("--causal", nargs="+", type=_bool, default=[False],
                     metavar="BOOL", help="causal flags to search, e.g. --causal false true")
     sp.add_argument("--strategy", choices=["auto", "exhaustive", "evolve"], default="auto")
-    sp.add_argument("--budget", type=float, default=300.0, help="seconds per search (no evaluation starts after)")
+    sp.add_argument("--budget", type=_positive_float, default=300.0, help="seconds per search (no evaluation starts after)")
     sp.add_argument("--seed", type=int, default=0)
-    sp.add_argument("--population", type=int, default=8)
-    sp.add_argument("--generations", type=int, default=6)
-    sp.add_argument("--reps", type=int, default=30, help="timed CUDA-graph replays per configuration")
+    sp.add_argument("--population", type=_positive_int, default=8)
+    sp.add_argument("--generations", type=_positive_int, default=6)
+    sp.add_argument("--reps", type=_positive_int, default=30, help="timed CUDA-graph replays per configuration")
     sp.add_argument("--static", action="store_true", help="only the static gate (no GPU needed)")
-    sp.add_argument("--arch", default="sm_89", help="target of the static gate (default: the L4's sm_89)")
+    sp.add_argument("--arch", type=_arch, default="sm_89", help="target of the static gate (default: the L4's sm_89)")
     sp.add_argument("--json", action="store_true", help="with --static: machine-readable verdicts")
     sp.add_argument("--no-record", action="store_true")
     sp.set_defaults(fn=cmd_search)
@@ -437,14 +564,17 @@ def main(argv=None) -> int:
                                         "writes a record")
     sp.add_argument("kernels", nargs="*", metavar="KERNEL")
     sp.add_argument("--metrics", nargs="+", help="ncu metric names (default: the appendix's list)")
-    sp.add_argument("--shape", nargs=4, type=int, metavar=("B", "H", "L", "D"), help="default: the mission shape")
+    sp.add_argument("--shape", nargs=4, type=_positive_int, metavar=("B", "H", "L", "D"),
+                    help="default: the mission shape")
     sp.add_argument("--no-record", action="store_true")
     sp.add_argument("--child", metavar="KERNEL", help=argparse.SUPPRESS)
     sp.set_defaults(fn=cmd_profile)
     sub.add_parser("verify-results", help="records well formed and fresh (no GPU needed)").set_defaults(fn=cmd_verify)
     sp = sub.add_parser("prebuild", help="build every cubin a GPU session loads into attnlab's cache "
                                          "(ATTNLAB_CACHE), with this machine's nvcc (no GPU needed)")
-    sp.add_argument("--arch", default="sm_90", help="the GPU's target (default: sm_90, the H100's and H200's)")
+    sp.add_argument("--arch", type=_arch, default="sm_90", help="the GPU's target (default: sm_90, the H100's and H200's)")
+    sp.add_argument("--into", metavar="DIR", help="then copy exactly what a GPU session reads into DIR/cubin "
+                                                  "(emptied first), for a GPU session's ATTNLAB_CACHE")
     sp.set_defaults(fn=cmd_prebuild)
     sp = sub.add_parser("import-evidence", help="bring a GPU session's archives into this checkout: records "
                                                 "(refused if the kernels changed) and executed notebooks, then "
@@ -457,5 +587,26 @@ def main(argv=None) -> int:
     sp = sub.add_parser("report", help="kernel vs fastest SDPA backend from the freshest records")
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(fn=cmd_report)
-    args = p.parse_args(argv)
-    return args.fn(args)
+    return p
+
+
+def main(argv=None) -> int:
+    """Run one command; its exit status: 0 done, 1 it ran and found a failure, 2 it could not run as
+    asked (one line on stderr says why)."""
+    from .compile import KernelBuildError
+    from .static import ToolMissing
+
+    try:
+        args = _parser().parse_args(argv)
+    except UsageError as exc:  # from _Parser.error: the line is complete
+        print(exc, file=sys.stderr)
+        return 2
+    try:
+        return args.fn(args)
+    except (UsageError, ToolMissing) as exc:
+        first = str(exc).split("\n")[0]  # a tool's message may go on; the refusal is its first line
+        print(f"attnlab {args.cmd}: {first}", file=sys.stderr)
+        return 2
+    except KernelBuildError as exc:  # the compiler refused a kernel: a failure, with its log
+        print(f"attnlab {args.cmd}: {exc}", file=sys.stderr)
+        return 1

@@ -24,6 +24,20 @@ class AttentionInputError(ValueError):
     """The inputs break the kernel contract; raised before anything reaches the GPU."""
 
 
+def shape_problem(spec: KernelSpec, shape: Shape, causal: bool = False) -> str | None:
+    """Why `spec` cannot run `shape` (with the causal mask when `causal`), or None: the kernel's
+    limits, the part of the contract the command line checks on a --shape before any build."""
+    if not spec.supports_head_dim(shape.D):
+        return f"{spec.id} supports head dim D in {spec.head_dim_text()}; got D={shape.D}"
+    if causal and not spec.causal:
+        return f"{spec.id} has no causal mode"
+    if spec.max_len is not None and shape.L > spec.max_len:
+        return f"{spec.id} supports L <= {spec.max_len}; got L={shape.L}"
+    if shape.heads > MAX_GRID_Y:
+        return f"B*H = {shape.heads} exceeds {MAX_GRID_Y}, the grid's y limit"
+    return None
+
+
 def validate(spec: KernelSpec, q, k, v, causal: bool = False, scale: float | None = None,
              out=None, device: str = "cuda") -> Shape:
     """Check q, k, v (and out) against the contract and the kernel's limits; return the shape.
@@ -57,14 +71,9 @@ def validate(spec: KernelSpec, q, k, v, causal: bool = False, scale: float | Non
             raise AttentionInputError(f"{name} does not start on a {spec.alignment}-byte boundary (a view with a "
                                       f"storage offset?); {spec.id} loads {spec.alignment} bytes at a time: pass .clone()")
     shape = Shape(*q.shape)
-    if not spec.supports_head_dim(shape.D):
-        raise AttentionInputError(f"{spec.id} supports head dim D in {spec.head_dim_text()}; got D={shape.D}")
-    if causal and not spec.causal:
-        raise AttentionInputError(f"{spec.id} has no causal mode")
-    if spec.max_len is not None and shape.L > spec.max_len:
-        raise AttentionInputError(f"{spec.id} supports L <= {spec.max_len}; got L={shape.L}")
-    if shape.heads > MAX_GRID_Y:
-        raise AttentionInputError(f"B*H = {shape.heads} exceeds {MAX_GRID_Y}, the grid's y limit")
+    problem = shape_problem(spec, shape, causal)
+    if problem is not None:
+        raise AttentionInputError(problem)
     if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)):
         raise AttentionInputError(f"scale must be a finite number; got {scale!r}")
     for name, t in zip(names, tensors):
