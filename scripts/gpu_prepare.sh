@@ -16,7 +16,10 @@ read -r nvcc_release host_release < <(PYTHONPATH=$PWD/src "$PY" -c \
   'from attnlab import toolchain; print(toolchain.nvcc_release(), toolchain.GPU_HOST_CUDA)')
 [ "$nvcc_release" = "$host_release" ] || { echo "nvcc here is release $nvcc_release; the GPU machine takes $host_release" >&2; exit 1; }
 PYTHON=$PY bash scripts/fetch_device_wheels.sh   # its checker reads wheels with `packaging`
-ATTNLAB_CACHE=$PWD/.attnlab-cache PYTHONPATH=$PWD/src "$PY" -m attnlab prebuild --arch "$ARCH"
+# Built in attnlab's own cache (kept between runs), then exactly what the session reads is copied
+# into a fresh .attnlab-cache: no stale build travels.
+rm -rf .attnlab-cache
+PYTHONPATH=$PWD/src "$PY" -m attnlab prebuild --arch "$ARCH" --into .attnlab-cache
 # The commit the carried tree is at, for records made in a copy that has no .git.
 # ATTNLAB_GIT_TREE (kernels/ and src/ hashed) marks the copy dirty if either changes after this.
 { echo "ATTNLAB_GIT_COMMIT=$(git rev-parse HEAD)"
