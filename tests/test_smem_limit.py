@@ -85,7 +85,7 @@ def _gate_with_ptxas(monkeypatch, static_smem: int):
     at D=128), with ptxas reporting `static_smem` bytes of static shared memory for its entry."""
     config, D = {"ATTN_WMMA_BLOCK_M": 64, "ATTN05_BLOCK_N": 64}, 128
     entry = registry.get("05_wmma").with_config(config).entry_for(D)
-    monkeypatch.setattr(search.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(search.toolchain, "has_nvcc", lambda: True)
     monkeypatch.setattr(search, "_ptxas_functions", lambda spec, arch: [dict(
         name=entry, registers=96, static_smem=static_smem, spill_stores=0, spill_loads=0, stack_bytes=0)])
     return search.static_gate("05_wmma", config, D)
