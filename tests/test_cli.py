@@ -156,7 +156,7 @@ def test_import_evidence_of_a_missing_file_is_one_line(capsys, tmp_path):
 
 def _no_nvcc(monkeypatch):
     from attnlab import toolchain
-    from attnlab.static import ToolMissing
+    from attnlab.toolchain import ToolMissing
 
     def missing():
         raise ToolMissing("nvcc is not in this Python environment: pip install it\nsecond line")
@@ -172,7 +172,7 @@ def test_a_missing_tool_is_one_line(capsys, monkeypatch, cmd):
 
 def test_a_missing_tool_in_the_static_search_is_one_line(capsys, monkeypatch):
     from attnlab import search
-    from attnlab.static import ToolMissing
+    from attnlab.toolchain import ToolMissing
 
     def missing(*args, **kwargs):
         raise ToolMissing("cuobjdump not found: pip install it")

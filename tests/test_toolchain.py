@@ -192,7 +192,7 @@ def test_kernels_build_with_no_cuda_toolkit_in_sight(tmp_path):
     assert "attn_fwd_05_wmma" in proc.stdout
 
 
-def test_prebuild_export_carries_exactly_what_a_session_reads(tmp_path, monkeypatch):
+def test_prebuild_export_carries_exactly_what_a_session_reads(tmp_path):
     from attnlab import prebuild
 
     built = tmp_path / "cache" / "cubin"
@@ -203,7 +203,6 @@ def test_prebuild_export_carries_exactly_what_a_session_reads(tmp_path, monkeypa
     dest = tmp_path / "carry"
     (dest / "cubin").mkdir(parents=True)
     (dest / "cubin" / "01_scalar-sm_90-old.cubin").write_text("an earlier prepare's")
-    monkeypatch.setattr(prebuild, "carried_files", lambda arch, searched=prebuild.SEARCHED: wanted)
-    count, size = prebuild.export(dest, "sm_90")
+    count, size = prebuild.export(dest, wanted)
     assert sorted(p.name for p in (dest / "cubin").iterdir()) == sorted(p.name for p in wanted)
     assert count == 2 and size == sum(len(p.name) for p in wanted)

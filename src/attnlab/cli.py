@@ -446,14 +446,11 @@ def cmd_prebuild(args) -> int:
     failures = prebuild(args.arch)
     for f in failures:
         print(f"FAIL {f}", file=sys.stderr)
+    files = carried_files(args.arch)
     if args.into:
-        count, size = export(Path(args.into), args.arch)
-        print(f"{count} files (cubins and ptxas reports) for {args.arch} in {args.into}, {size / 2**20:.1f} MiB, "
-              f"by nvcc {toolchain.nvcc_version()}")
-    else:
-        files = carried_files(args.arch)
-        print(f"{len(files)} files (cubins and ptxas reports) for {args.arch} in {cache_dir()}, "
-              f"{sum(p.stat().st_size for p in files) / 2**20:.1f} MiB, by nvcc {toolchain.nvcc_version()}")
+        export(Path(args.into), files)
+    print(f"{len(files)} files (cubins and ptxas reports) for {args.arch} in {args.into or cache_dir()}, "
+          f"{sum(p.stat().st_size for p in files) / 2**20:.1f} MiB, by nvcc {toolchain.nvcc_version()}")
     return 1 if failures else 0
 
 
@@ -594,7 +591,7 @@ def main(argv=None) -> int:
     """Run one command; its exit status: 0 done, 1 it ran and found a failure, 2 it could not run as
     asked (one line on stderr says why)."""
     from .compile import KernelBuildError
-    from .static import ToolMissing
+    from .toolchain import ToolMissing
 
     try:
         args = _parser().parse_args(argv)

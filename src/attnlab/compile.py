@@ -86,10 +86,17 @@ def _compile(spec: KernelSpec, arch: str, out: Path) -> str:
     return proc.stderr
 
 
-def _publish(tmp: Path, final: Path) -> None:
-    # Parallel builds (prebuild, the search's static gate) may race for one key: each writes its
-    # own temporary file and renames it, so a reader never sees half a file.
-    tmp.replace(final)
+def scratch_path(path: Path) -> Path:
+    """A name beside `path` that no other process or thread writes. Parallel builds (prebuild, the
+    search's static gate, inspect) may race for one key: each writes its own file and renames it
+    over `path`, so a reader never sees half a file."""
+    return path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = scratch_path(path)
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
 def nvcc_cubin(spec: KernelSpec, arch: str, out: Path | None = None, defines=None) -> tuple[Path, str]:
@@ -108,11 +115,10 @@ def nvcc_cubin(spec: KernelSpec, arch: str, out: Path | None = None, defines=Non
     if cubin.exists() and report.exists():
         return cubin, report.read_text()
     cubin.parent.mkdir(parents=True, exist_ok=True)
-    tag = f".{os.getpid()}.{threading.get_ident()}.tmp"
-    text = _compile(spec, arch, cubin.with_suffix(tag))
-    report.with_suffix(tag + "r").write_text(text)
-    _publish(report.with_suffix(tag + "r"), report)
-    _publish(cubin.with_suffix(tag), cubin)
+    tmp = scratch_path(cubin)
+    text = _compile(spec, arch, tmp)
+    write_atomic(report, text)
+    tmp.replace(cubin)  # last: a cubin in the cache means its report is there too
     return cubin, text
 
 
@@ -126,9 +132,7 @@ def ptxas_report(spec: KernelSpec, arch: str) -> str:
     report.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         text = _compile(spec, arch, Path(tmp) / "kernel.cubin")
-    tmp_report = report.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmpr")
-    tmp_report.write_text(text)
-    _publish(tmp_report, report)
+    write_atomic(report, text)
     return text
 
 

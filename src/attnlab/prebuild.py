@@ -86,13 +86,12 @@ def carried_files(arch: str, searched=SEARCHED) -> list[Path]:
     return list(dict.fromkeys(files))
 
 
-def export(dest: Path, arch: str, searched=SEARCHED) -> tuple[int, int]:
-    """Copy exactly what a GPU session reads into `dest`/cubin (emptied first), so that what is
-    carried holds no stale build; returns (files, bytes)."""
+def export(dest: Path, files: list[Path]) -> tuple[int, int]:
+    """Copy `files` (carried_files: exactly what a GPU session reads) into `dest`/cubin, emptied
+    first, so that what is carried holds no stale build; returns (files, bytes)."""
     target = dest / "cubin"
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
-    files = carried_files(arch, searched)
     for path in files:
         shutil.copy2(path, target / path.name)
     return len(files), sum(p.stat().st_size for p in files)

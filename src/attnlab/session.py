@@ -248,14 +248,16 @@ def preflight(stage: str, arch: str | None = None) -> list[str]:
             return problems + ["no nvcc, so no cached cubin can be looked up (ATTNLAB_NVCC=system on a GPU image)"]
         missing = [s.id for s in registry.select(None) if not cubin_path(s, arch).exists()]
         if missing:
+            from .paths import cache_dir
             from .toolchain import nvcc_version
+            folder, version = cache_dir() / "cubin", nvcc_version()
             # A cubin of the same kernel under another key: built from other sources or by another
             # nvcc than this machine's; the stage then builds its own (seconds per kernel).
-            other = [kid for kid in missing if any(cubin_path(registry.get(kid), arch).parent.glob(f"{kid}-{arch}-*.cubin"))]
-            problems.append(f"no {arch} cubin built by this nvcc ({nvcc_version()}) from these sources in "
-                            f"{cubin_path(registry.get(missing[0]), arch).parent} for {', '.join(missing)}"
+            other = [kid for kid in missing if any(folder.glob(f"{kid}-{arch}-*.cubin"))]
+            problems.append(f"no {arch} cubin built by this nvcc ({version}) from these sources in {folder} for "
+                            f"{', '.join(missing)}"
                             + (f" ({len(other)} of them built by another nvcc or from older sources)" if other else "")
-                            + f": run `python -m attnlab prebuild --arch {arch}` with nvcc {nvcc_version()}")
+                            + f": run `python -m attnlab prebuild --arch {arch}` with nvcc {version}")
     return problems
 
 

@@ -7,18 +7,15 @@ cuobjdump's version), so a second inspection of unchanged kernels compiles nothi
 """
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import toolchain
-from .compile import nvcc_cubin
-from .toolchain import ToolMissing  # noqa: F401 - re-exported: callers catch it from here
+from .compile import nvcc_cubin, write_atomic
 from .registry import L4_MAX_SMEM_PER_BLOCK, KernelSpec
 
 ARCHES = ("sm_80", "sm_89", "sm_90")
@@ -43,10 +40,6 @@ _OPCODE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]
 _FUNC = re.compile(r"Function properties for (\S+)")
 _SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _USED = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?(?:, (\d+) bytes smem)?")
-
-
-def cuobjdump_path() -> str:
-    return toolchain.cuobjdump()
 
 
 @dataclass
@@ -138,12 +131,10 @@ def _sass(cubin: Path, spec: KernelSpec, arch: str) -> str:
     listing = cubin.with_suffix(f".cuobjdump-{toolchain.cuobjdump_version()}.sass")
     if listing.exists():
         return listing.read_text()
-    proc = subprocess.run([cuobjdump_path(), "-sass", str(cubin)], capture_output=True, text=True)
+    proc = subprocess.run([toolchain.cuobjdump(), "-sass", str(cubin)], capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"cuobjdump failed on {spec.id} ({arch}): {proc.stderr}")
-    tmp = listing.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmps")
-    tmp.write_text(proc.stdout)
-    tmp.replace(listing)
+    write_atomic(listing, proc.stdout)
     return proc.stdout
 
 

@@ -139,13 +139,3 @@ def include_dirs() -> list[str]:
             dirs.append(str(Path(root, "include")))
     return list(dict.fromkeys(dirs))
 
-
-def describe() -> str:
-    """One line: which nvcc and cuobjdump attnlab uses here, or why there is none."""
-    parts = []
-    for name, find, version in (("nvcc", nvcc, nvcc_version), ("cuobjdump", cuobjdump, cuobjdump_version)):
-        try:
-            parts.append(f"{name} {version()} ({find()})")
-        except ToolMissing as exc:
-            parts.append(f"{name}: {exc}")
-    return "; ".join(parts)
