@@ -10,38 +10,55 @@
 // tiles are XOR-swizzled (kernels/swizzle.cuh) so neither the 16-byte cp.async stores nor the
 // ldmatrix reads conflict on banks, and the next K/V tile is copied while this one is used.
 //
-// Cost model: per key tile a warp issues (D/16)(BLOCK_N/8) MMAs for S and (BLOCK_N/16)(D/8) for
-// O, one ldmatrix.x4 per two MMAs, and BLOCK_N/2 exp2 per lane. Q is read from DRAM once, K and
-// V once per query tile (L2 serves the repeats). At the mission shape (1, 8, 512, 64) the grid is
-// 8 query tiles x 8 heads = 64 CTAs: fewer than two per SM of an L4, so latency, not throughput,
-// sets the time there.
+// Cost model: per key tile a warp issues (D/16)(SUB_N/8) MMAs for S and (SUB_N/16)(D/8) for O,
+// one ldmatrix.x4 per two MMAs, and SUB_N/2 exp2 per lane, where SUB_N = BLOCK_N / KV_SPLIT is
+// the part of the tile its warp group takes (below). Q is read from DRAM once, K and V once per
+// query tile (L2 serves the repeats).
 //
 // Tiles (per D; tests/test_model_07.py and the registry read these constants):
-//   BLOCK_M = 64 query rows (4 warps x 16). Grid (ceil(L / 64), B*H); causal launches the
-//   longest query tiles first (blockIdx.x counts down) so the short ones fill the tail.
+//   WARPS = 4 warps per CTA, 16 query rows each. Grid (ceil(L / BLOCK_M), B*H); causal launches
+//   the longest query tiles first (blockIdx.x counts down) so the short ones fill the tail.
 //   D = 64:  BLOCK_N = 64.  Q 8 KB + 2 stages x (K 8 KB + V 8 KB)  = 40 KB: two CTAs per L4 SM.
 //   D = 128: BLOCK_N = 32.  Q 16 KB + 2 stages x (K 8 KB + V 8 KB) = 48 KB. 64-key tiles would
 //            need 80 KB: it fits the 99 KB limit, but only one 4-warp CTA would then run per L4
 //            SM (100 KB of shared memory each), with no second CTA to hide the softmax behind
 //            MMAs. 48 KB + 1 KB reserved per CTA lets two share an SM. FlashAttention-2 also
 //            narrows its key tile to 32 at hdim 128 on sm86/sm89, for the same two CTAs per SM.
+//   (Q is BLOCK_M rows: the sizes above are KV_SPLIT = 1's; a split shrinks Q by the split.)
 //   Registers: about 150 (D = 64) and 190 (D = 128) per thread, within the 256 that two CTAs of
 //   128 threads may hold; MIN_CTAS_PER_SM tells ptxas so.
 //   Single-buffer ablation: 1 stage, 24 KB (D = 64) / 32 KB (D = 128).
 //
-// Ablations, each its own extern "C" entry (registry ids 07_mma_noswizzle, 07_mma_single_buffer):
+// Filling the GPU: the keys split inside the CTA (KV_SPLIT). At the mission shape (1, 8, 512, 64)
+// 64-row query tiles make 8 x 8 = 64 CTAs: enough for an L4's 58 SMs, half of an H100's 132.
+// With KV_SPLIT = s the CTA's WARPS warps form s groups of WARPS/s warps: BLOCK_M = 16 WARPS / s
+// query rows per CTA (s times the CTAs), and group g takes keys [g SUB_N, (g+1) SUB_N) of every
+// key tile, SUB_N = BLOCK_N / s. The whole CTA still copies each K/V tile once; each warp walks
+// every tile but multiplies only its group's slice of it. After the loop the groups' (m, l, O)
+// of the same rows are merged through shared memory (the K/V stages, free by then) with the
+// online softmax's rescaling: no second kernel and no scratch buffer in global memory. The
+// launcher picks s from the shape and the SM count of the GPU at hand (registry.kv_split_for).
+// The price: s times the CTAs re-read K and V (from L2), and the merge (two barriers, one pass
+// over O) per CTA.
+//
+// One barrier per key tile (FlashAttention-2's order): wait for this thread's copies of tile j,
+// barrier, then prefetch tile j+1 into the other stage, then compute on tile j. The barrier is
+// both "tile j has landed for everyone" and "every warp is done with tile j-1", whose stage
+// (j+1)&1 = (j-1)&1 the prefetch refills, so no second barrier is needed at the end of the body.
+// The copy of tile j+1 still overlaps the math on tile j.
+//
+// Ablations, each its own extern "C" entry (registry ids 07_mma_nosplit, 07_mma_two_barriers,
+// 07_mma_noswizzle, 07_mma_single_buffer; all KV_SPLIT = 1):
+//   KV_SPLIT = 1:       one group of warps; 64-row query tiles whatever the GPU.
+//   ONE_BARRIER = false: prefetch, wait for all but the newest group, barrier, compute, barrier.
 //   SWIZZLE = false:    plain row-major tiles; every ldmatrix phase is an 8-way bank conflict.
-//   DOUBLE_BUF = false: one K/V stage; the copy of tile j+1 starts after tile j is consumed.
+//   DOUBLE_BUF = false: one K/V stage; the copy of tile j+1 starts after tile j is consumed
+//                       (two barriers per tile, necessarily).
 //
-// Filling the GPU when B*H*ceil(L/64) is small: a split-KV variant would give each CTA a slice
-// of the key tiles, write unnormalised O with its row max and sum (m, l) to a scratch buffer,
-// and a second small kernel would merge the slices with the same rescaling the online softmax
-// uses. At (1, 8, 512, 64) two splits double the CTAs to 128 for 58 SMs. Not built here.
-//
-// Launch: block (128,), grid (ceil(L / 64), B*H), dynamic shared memory as above (the launcher
-// opts in above 48 KB). Limits: D in {64, 128}; any L >= 1 (rows past L are zero-filled on load,
-// masked as keys and never stored); q, k, v, o 16-byte aligned (16-byte copies and stores); any
-// finite scale.
+// Launch: block (32 WARPS,), grid (ceil(L / BLOCK_M), B*H), dynamic shared memory as above (the
+// launcher opts in above 48 KB). Limits: D in {64, 128}; any L >= 1 (rows past L are zero-filled
+// on load, masked as keys and never stored); q, k, v, o 16-byte aligned (16-byte copies and
+// stores); any finite scale.
 #include "common.cuh"
 #include "ptx.cuh"
 #include "swizzle.cuh"
@@ -56,7 +73,6 @@ constexpr int WARPS = ATTN07_WARPS;
 constexpr int WARPS = 4;
 #endif
 constexpr int THREADS = WARPS * 32;
-constexpr int BLOCK_M = WARPS * 16;   // query rows per CTA: 16 per warp, one m16 MMA row block
 #ifdef ATTN07_BLOCK_N_D64
 constexpr int BLOCK_N_D64 = ATTN07_BLOCK_N_D64;
 constexpr int BLOCK_N_D128 = ATTN07_BLOCK_N_D128;
@@ -104,17 +120,22 @@ __device__ __forceinline__ void load_tile(unsigned tile, const __half* head, int
 
 // ---- the kernel ----------------------------------------------------------------------------
 
-template <int D, int BLOCK_N, bool SWIZZLE, bool DOUBLE_BUF>
+template <int D, int BLOCK_N, int KV_SPLIT, bool SWIZZLE, bool DOUBLE_BUF, bool ONE_BARRIER>
 __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const __half* __restrict__ k,
                                             const __half* __restrict__ v, __half* __restrict__ o,
                                             int L, float scale, int causal) {
-    static_assert(D % 16 == 0 && BLOCK_N % 16 == 0, "whole m16n8k16 steps");
+    constexpr int ROW_WARPS = WARPS / KV_SPLIT;  // warps per key group, 16 query rows each
+    constexpr int BLOCK_M = 16 * ROW_WARPS;      // query rows per CTA
+    constexpr int SUB_N = BLOCK_N / KV_SPLIT;    // keys of each tile one group multiplies
+    static_assert(WARPS % KV_SPLIT == 0, "whole warps per key group");
+    static_assert(D % 16 == 0 && SUB_N % 16 == 0, "whole m16n8k16 steps");
+    static_assert(DOUBLE_BUF || !ONE_BARRIER, "one stage needs the second barrier before its refill");
     constexpr int ROW_BYTES = D * 2;
     constexpr int Q_BYTES = BLOCK_M * ROW_BYTES;
     constexpr int KV_BYTES = BLOCK_N * ROW_BYTES;
     constexpr int K_STEPS = D / 16;        // k-steps of S = Q K^T (over the head dim)
-    constexpr int S_BLOCKS = BLOCK_N / 8;  // n-blocks of S (8 keys each)
-    constexpr int P_STEPS = BLOCK_N / 16;  // k-steps of O += P V (over the keys)
+    constexpr int S_BLOCKS = SUB_N / 8;    // n-blocks of S (8 keys each)
+    constexpr int P_STEPS = SUB_N / 16;    // k-steps of O += P V (over the keys)
     constexpr int O_BLOCKS = D / 8;        // n-blocks of O (8 head-dim columns each)
 
     // Shared memory: [Q | K stage 0 | V stage 0 | K stage 1 | V stage 1] (stage 1 only when DOUBLE_BUF).
@@ -125,9 +146,12 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int g = lane >> 2, t = lane & 3;  // PTX's groupID and threadID_in_group
+    const int group = warp / ROW_WARPS;     // which slice of every key tile this warp multiplies
+    const int row_warp = warp % ROW_WARPS;  // which 16 query rows (shared with the other groups)
+    const int key0 = group * SUB_N;         // the slice's first key within a tile
     const int q_block = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     const int q0 = q_block * BLOCK_M;
-    const int warp_row0 = q0 + warp * 16;   // this warp's first query row
+    const int warp_row0 = q0 + row_warp * 16;  // this warp's first query row
     const long long head = attn::head_offset(blockIdx.y, L, D);
     q += head; k += head; v += head; o += head;
 
@@ -160,28 +184,38 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
 
     for (int j = 0; j < n_tiles; ++j) {
         const int stage = DOUBLE_BUF ? (j & 1) : 0;
-        if constexpr (DOUBLE_BUF) {
-            if (j + 1 < n_tiles) {  // prefetch tile j+1 into the other stage (freed by the last barrier)
+        if constexpr (ONE_BARRIER) {
+            attn::cp_async_wait<0>();  // this thread's copies of tile j (and Q) have landed
+            __syncthreads();  // one barrier per tile: everyone's have, and every warp is done with tile j-1
+            if (j + 1 < n_tiles) {  // so its stage, the other one, takes tile j+1 while tile j is used
                 load_tile<D, BLOCK_N, SWIZZLE>(k_tile(stage ^ 1), k, (j + 1) * BLOCK_N, L, tid);
                 load_tile<D, BLOCK_N, SWIZZLE>(v_tile(stage ^ 1), v, (j + 1) * BLOCK_N, L, tid);
-            }
-            attn::cp_async_commit();   // possibly empty: keeps "all but the newest group" = tile j
-            attn::cp_async_wait<1>();
-        } else {
-            if (j > 0) {
-                load_tile<D, BLOCK_N, SWIZZLE>(k_tile(0), k, j * BLOCK_N, L, tid);
-                load_tile<D, BLOCK_N, SWIZZLE>(v_tile(0), v, j * BLOCK_N, L, tid);
                 attn::cp_async_commit();
             }
-            attn::cp_async_wait<0>();
+        } else {
+            if constexpr (DOUBLE_BUF) {
+                if (j + 1 < n_tiles) {  // prefetch tile j+1 into the other stage (freed by the last barrier)
+                    load_tile<D, BLOCK_N, SWIZZLE>(k_tile(stage ^ 1), k, (j + 1) * BLOCK_N, L, tid);
+                    load_tile<D, BLOCK_N, SWIZZLE>(v_tile(stage ^ 1), v, (j + 1) * BLOCK_N, L, tid);
+                }
+                attn::cp_async_commit();   // possibly empty: keeps "all but the newest group" = tile j
+                attn::cp_async_wait<1>();
+            } else {
+                if (j > 0) {
+                    load_tile<D, BLOCK_N, SWIZZLE>(k_tile(0), k, j * BLOCK_N, L, tid);
+                    load_tile<D, BLOCK_N, SWIZZLE>(v_tile(0), v, j * BLOCK_N, L, tid);
+                    attn::cp_async_commit();
+                }
+                attn::cp_async_wait<0>();
+            }
+            __syncthreads();  // every thread's copies of tile j (and Q) are now visible to all
         }
-        __syncthreads();  // every thread's copies of tile j (and Q) are now visible to all
 
         if (j == 0) {
 #pragma unroll
             for (int ks = 0; ks < K_STEPS; ++ks)
                 attn::ldsm_x4(q_frag[ks], q_tile + attn::tile_offset<ROW_BYTES, SWIZZLE>(
-                                                 warp * 16 + attn::ldsm_row(lane), 2 * ks + attn::ldsm_chunk(lane)));
+                                                 row_warp * 16 + attn::ldsm_row(lane), 2 * ks + attn::ldsm_chunk(lane)));
             if (scale < 0.f) {
 #pragma unroll
                 for (int ks = 0; ks < K_STEPS; ++ks)
@@ -190,8 +224,8 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
             }
         }
 
-        const int k0 = j * BLOCK_N;
-        // Causal: a tile whose first key is past this warp's last row adds nothing (p = 0,
+        const int k0 = j * BLOCK_N + key0;  // this warp's first key of the tile
+        // Causal: a slice whose first key is past this warp's last row adds nothing (p = 0,
         // correction 1); the warp skips it but still meets the barriers.
         if (!causal || k0 <= warp_row0 + 15) {
             // S = Q K^T (raw dot products). B order: kf[0], kf[1] are b0, b1 of key block 2np
@@ -207,14 +241,14 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
                 for (int ks = 0; ks < K_STEPS; ++ks) {
                     unsigned kf[4];
                     attn::ldsm_x4(kf, k_tile(stage) + attn::tile_offset<ROW_BYTES, SWIZZLE>(
-                                                    16 * np + attn::ldsm_row_b(lane), 2 * ks + attn::ldsm_chunk_b(lane)));
+                                                    key0 + 16 * np + attn::ldsm_row_b(lane), 2 * ks + attn::ldsm_chunk_b(lane)));
                     attn::mma_16816(s[2 * np], q_frag[ks], kf[0], kf[1]);
                     attn::mma_16816(s[2 * np + 1], q_frag[ks], kf[2], kf[3]);
                 }
 
             // Mask keys past L and, causal, keys after the row. Only the last tile and the tiles
             // that cross this warp's diagonal need the per-element test.
-            const bool need_mask = (k0 + BLOCK_N > L) || (causal && k0 + BLOCK_N - 1 > warp_row0);
+            const bool need_mask = (k0 + SUB_N > L) || (causal && k0 + SUB_N - 1 > warp_row0);
             if (need_mask) {
 #pragma unroll
                 for (int nb = 0; nb < S_BLOCKS; ++nb)
@@ -269,17 +303,67 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
                 for (int dp = 0; dp < D / 16; ++dp) {
                     unsigned vf[4];
                     attn::ldsm_x4_trans(vf, v_tile(stage) + attn::tile_offset<ROW_BYTES, SWIZZLE>(
-                                                          16 * kp + attn::ldsm_row(lane), 2 * dp + attn::ldsm_chunk(lane)));
+                                                          key0 + 16 * kp + attn::ldsm_row(lane), 2 * dp + attn::ldsm_chunk(lane)));
                     attn::mma_16816(o_acc[2 * dp], pa, vf[0], vf[1]);
                     attn::mma_16816(o_acc[2 * dp + 1], pa, vf[2], vf[3]);
                 }
             }
         }
-        __syncthreads();  // all warps are done with this stage before a later copy refills it
+        if constexpr (!ONE_BARRIER) __syncthreads();  // all warps are done with this stage before a later copy refills it
+    }
+
+    if constexpr (KV_SPLIT > 1) {
+        // Merge the groups: group 0 takes each other group's (m, l, O) of the same 16 rows and
+        // folds it in with the online softmax's rescaling. A lane of warp (g, row_warp) holds
+        // exactly the elements the same lane of warp (0, row_warp) holds, so the partials go
+        // through shared memory lane-major (32 lanes x 4 bytes per word index: no bank conflict)
+        // and are read back by the same lane number. They reuse the K/V stages: (KV_SPLIT - 1) x
+        // ROW_WARPS x 32 lanes x PART_WORDS floats after Q, fewer bytes than the stages with the
+        // chapter's tiles; the launcher's shared memory covers the larger of the two
+        // (registry._mma07_smem) for every configuration chapter 8 may build.
+        constexpr int PART_WORDS = O_BLOCKS * 4 + 4;  // O, then m and l of rows g, g+8
+        float* part = reinterpret_cast<float*>(smem + Q_BYTES);
+        auto slot = [&](int grp, int word) -> float& {
+            return part[(((grp - 1) * ROW_WARPS + row_warp) * PART_WORDS + word) * 32 + lane];
+        };
+        __syncthreads();  // every warp is done with the last K/V tile: the stages are free
+        if (group > 0) {
+#pragma unroll
+            for (int nb = 0; nb < O_BLOCKS; ++nb)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) slot(group, nb * 4 + e) = o_acc[nb][e];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                slot(group, O_BLOCKS * 4 + h) = m_run[h];
+                slot(group, O_BLOCKS * 4 + 2 + h) = l_run[h];
+            }
+        }
+        __syncthreads();  // the partials are written
+        if (group > 0) return;  // group 0 finishes the rows
+#pragma unroll
+        for (int other = 1; other < KV_SPLIT; ++other)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const float m_other = slot(other, O_BLOCKS * 4 + h);
+                const float m_new = fmaxf(m_run[h], m_other);
+                const float m_use = (m_new == ATTN_NEG_INF) ? 0.f : m_new;  // as in the loop
+                const float c_self = attn::exp2_approx((m_run[h] - m_use) * scale_log2);
+                const float c_other = attn::exp2_approx((m_other - m_use) * scale_log2);
+                m_run[h] = m_new;
+                l_run[h] = l_run[h] * c_self + slot(other, O_BLOCKS * 4 + 2 + h) * c_other;
+#pragma unroll
+                for (int nb = 0; nb < O_BLOCKS; ++nb)
+#pragma unroll
+                    for (int e = 2 * h; e < 2 * h + 2; ++e)
+                        o_acc[nb][e] = o_acc[nb][e] * c_self + slot(other, nb * 4 + e) * c_other;
+            }
     }
 
     // Finish: the row sums from the quad, O / l in fp16, staged through this warp's own 16 rows
-    // of the (no longer needed) Q tile so that global stores are 16 bytes of contiguous row.
+    // of the (no longer needed) Q tile so that global stores are 16 bytes of contiguous row. With
+    // one barrier per tile nothing else orders the staging after every lane's ldmatrix of those
+    // rows: ldmatrix is a warp collective, not a memory fence between lanes.
+    __syncwarp();
     float inv_l[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -292,7 +376,7 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
     for (int nb = 0; nb < O_BLOCKS; ++nb)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const int off = attn::tile_offset<ROW_BYTES, SWIZZLE>(warp * 16 + g + 8 * h, nb) + 4 * t;
+            const int off = attn::tile_offset<ROW_BYTES, SWIZZLE>(row_warp * 16 + g + 8 * h, nb) + 4 * t;
             *reinterpret_cast<unsigned*>(smem + off) =
                 pack_half2(o_acc[nb][2 * h] * inv_l[h], o_acc[nb][2 * h + 1] * inv_l[h]);
         }
@@ -305,41 +389,44 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
         const int row = warp_row0 + r;
         if (row < L)
             *reinterpret_cast<uint4*>(o + static_cast<long long>(row) * D + chunk * 8) =
-                *reinterpret_cast<const uint4*>(smem + attn::tile_offset<ROW_BYTES, SWIZZLE>(warp * 16 + r, chunk));
+                *reinterpret_cast<const uint4*>(smem + attn::tile_offset<ROW_BYTES, SWIZZLE>(row_warp * 16 + r, chunk));
     }
+}
+
+// Whether KV_SPLIT groups can share a CTA of WARPS warps and a BLOCK_N-key tile: whole warps per
+// group and a slice of whole 16-key MMA steps. Chapter 8's knobs can break it for a split entry;
+// that entry then compiles to nothing, and the registry (_mma07_splits) never launches it.
+template <int BLOCK_N, int KV_SPLIT>
+__host__ __device__ constexpr bool split_fits() {
+    return WARPS % KV_SPLIT == 0 && BLOCK_N % KV_SPLIT == 0 && (BLOCK_N / KV_SPLIT) % 16 == 0;
+}
+
+template <int D, int BLOCK_N, int KV_SPLIT, bool SWIZZLE, bool DOUBLE_BUF, bool ONE_BARRIER>
+__device__ __forceinline__ void run_07(const __half* q, const __half* k, const __half* v, __half* o, int L,
+                                       float scale, int causal) {
+    if constexpr (split_fits<BLOCK_N, KV_SPLIT>())
+        attn_fwd_07<D, BLOCK_N, KV_SPLIT, SWIZZLE, DOUBLE_BUF, ONE_BARRIER>(q, k, v, o, L, scale, causal);
 }
 }  // namespace
 
-// One extern "C" entry per head dim and variant (template arguments: D, BLOCK_N, SWIZZLE,
-// DOUBLE_BUF). The registry maps the runtime D to its entry (KernelSpec.entries_by_head_dim);
-// the D argument is part of the common signature and fixed here at compile time.
-extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS_PER_SM)
-attn_fwd_07_mma_d64(const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,
-                    __half* __restrict__ o, int L, int D, float scale, int causal) {
-    attn_fwd_07<64, BLOCK_N_D64, true, true>(q, k, v, o, L, scale, causal);
-}
-extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS_PER_SM)
-attn_fwd_07_mma_d128(const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,
-                     __half* __restrict__ o, int L, int D, float scale, int causal) {
-    attn_fwd_07<128, BLOCK_N_D128, true, true>(q, k, v, o, L, scale, causal);
-}
-extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS_PER_SM)
-attn_fwd_07_mma_noswizzle_d64(const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,
-                              __half* __restrict__ o, int L, int D, float scale, int causal) {
-    attn_fwd_07<64, BLOCK_N_D64, false, true>(q, k, v, o, L, scale, causal);
-}
-extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS_PER_SM)
-attn_fwd_07_mma_noswizzle_d128(const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,
-                               __half* __restrict__ o, int L, int D, float scale, int causal) {
-    attn_fwd_07<128, BLOCK_N_D128, false, true>(q, k, v, o, L, scale, causal);
-}
-extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS_PER_SM)
-attn_fwd_07_mma_single_buffer_d64(const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,
-                                  __half* __restrict__ o, int L, int D, float scale, int causal) {
-    attn_fwd_07<64, BLOCK_N_D64, true, false>(q, k, v, o, L, scale, causal);
-}
-extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS_PER_SM)
-attn_fwd_07_mma_single_buffer_d128(const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,
-                                   __half* __restrict__ o, int L, int D, float scale, int causal) {
-    attn_fwd_07<128, BLOCK_N_D128, true, false>(q, k, v, o, L, scale, causal);
-}
+// One extern "C" entry per head dim and variant (template arguments: D, BLOCK_N, KV_SPLIT,
+// SWIZZLE, DOUBLE_BUF, ONE_BARRIER). The registry maps the runtime D, and for 07_mma the split it
+// picks, to the entry; the D argument is part of the common signature and fixed here.
+#define ATTN07_ENTRY(NAME, D, BLOCK_N, KV_SPLIT, SWIZZLE, DOUBLE_BUF, ONE_BARRIER)                              \
+    extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS_PER_SM)                                     \
+    NAME(const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,             \
+         __half* __restrict__ o, int L, int D_, float scale, int causal) {                                     \
+        run_07<D, BLOCK_N, KV_SPLIT, SWIZZLE, DOUBLE_BUF, ONE_BARRIER>(q, k, v, o, L, scale, causal);          \
+    }
+
+ATTN07_ENTRY(attn_fwd_07_mma_d64, 64, BLOCK_N_D64, 1, true, true, true)
+ATTN07_ENTRY(attn_fwd_07_mma_d128, 128, BLOCK_N_D128, 1, true, true, true)
+ATTN07_ENTRY(attn_fwd_07_mma_split2_d64, 64, BLOCK_N_D64, 2, true, true, true)
+ATTN07_ENTRY(attn_fwd_07_mma_split2_d128, 128, BLOCK_N_D128, 2, true, true, true)
+ATTN07_ENTRY(attn_fwd_07_mma_split4_d64, 64, BLOCK_N_D64, 4, true, true, true)
+ATTN07_ENTRY(attn_fwd_07_mma_two_barriers_d64, 64, BLOCK_N_D64, 1, true, true, false)
+ATTN07_ENTRY(attn_fwd_07_mma_two_barriers_d128, 128, BLOCK_N_D128, 1, true, true, false)
+ATTN07_ENTRY(attn_fwd_07_mma_noswizzle_d64, 64, BLOCK_N_D64, 1, false, true, true)
+ATTN07_ENTRY(attn_fwd_07_mma_noswizzle_d128, 128, BLOCK_N_D128, 1, false, true, true)
+ATTN07_ENTRY(attn_fwd_07_mma_single_buffer_d64, 64, BLOCK_N_D64, 1, true, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_single_buffer_d128, 128, BLOCK_N_D128, 1, true, false, false)

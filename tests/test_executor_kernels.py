@@ -56,11 +56,16 @@ def results():
 
 def test_the_grid_covers_every_kernel_and_the_issue_shapes():
     ids = {kid for kid, _ in _work()}
-    assert ids == set(KERNEL_IDS) and len(ids) == 15
+    assert ids == set(KERNEL_IDS) and len(ids) == 19
     lengths = {shape.L for _, cases in _work() for shape, _, _ in cases}
     assert {1, 2, 15, 17, 63, 65, 127, 129, 200} <= lengths
     seven = [cases for kid, cases in _work() if kid == "07_mma"]
     assert {shape.D for cases in seven for shape, _, _ in cases} == {64, 128}
+    # every entry of chapter 7 runs: each key split has an id that fixes it
+    entries = {registry.get(kid).launch_config(shape)["entry"] for kid, cases in _work() if kid.startswith("07_")
+               for shape, _, _ in cases}
+    assert entries == {e for kid in KERNEL_IDS if kid.startswith("07_") for D in sorted(registry.get(kid).head_dims)
+                       for e in registry.get(kid).entries_at_head_dim(D)}
     assert {seed for cases in seven for _, _, seed in cases} == set(CPU_SCHEDULE_SEEDS) and len(CPU_SCHEDULE_SEEDS) == 3
 
 

@@ -12,10 +12,13 @@ warps x 32 lanes as array axes:
 - shared memory laid out by the same swizzle (kernels/swizzle.cuh, mirrored below and checked
   against its text), filled by 16-byte cp.async copies that are in flight (NaN) until their
   commit group is waited for, with zero-fill past L;
-- the kernel's loop: stages, prefetch, the causal loop bound and per-warp skip, the mask, the quad
-  shuffles (xor 1, 2), exp2 with log2(e) in the scale (one fma per score, the sign of a negative
-  scale moved onto Q), the fp16 repack of P as the A operand, the output staged through the Q
-  tile and stored in 16-byte rows.
+- the kernel's loop: stages, prefetch (before the barrier with two barriers per tile, after it
+  with one), the causal loop bound and per-warp skip, the mask, the quad shuffles (xor 1, 2), exp2
+  with log2(e) in the scale (one fma per score, the sign of a negative scale moved onto Q), the
+  fp16 repack of P as the A operand, the output staged through the Q tile and stored in 16-byte
+  rows;
+- the key split: warp groups that multiply disjoint slices of every key tile for the same rows,
+  and the merge of their (m, l, O) through shared memory, lane by lane, into group 0.
 
 Each index below is the kernel's formula written again, so an indexing bug in the kernel is a bug
 here and fails the pass rule against the fp64 reference. The primitives are also tested alone
@@ -50,9 +53,11 @@ def _const(name: str) -> int:
 
 WARPS = _const("WARPS")
 assert re.search(r"constexpr int THREADS = WARPS \* 32;", SRC)
-assert re.search(r"constexpr int BLOCK_M = WARPS \* 16;", SRC)
+assert re.search(r"constexpr int ROW_WARPS = WARPS / KV_SPLIT;", SRC)
+assert re.search(r"constexpr int BLOCK_M = 16 \* ROW_WARPS;", SRC)
+assert re.search(r"constexpr int SUB_N = BLOCK_N / KV_SPLIT;", SRC)
 THREADS = WARPS * 32
-BLOCK_M = WARPS * 16
+BLOCK_M = WARPS * 16   # without a split
 LOG2E = np.float32(re.search(r"constexpr float LOG2E = ([0-9.]+)f;", SRC).group(1))
 
 
@@ -61,25 +66,35 @@ class Variant:
     entry: str
     D: int
     BLOCK_N: int
+    kv_split: int
     swizzle: bool
     double_buf: bool
+    one_barrier: bool
+
+    @property
+    def block_m(self) -> int:  # query rows per CTA: 16 per warp of one group
+        return 16 * (WARPS // self.kv_split)
 
     @property
     def smem_bytes(self) -> int:  # Q tile + stages x (K tile + V tile), as laid out in the kernel
-        return 2 * self.D * (BLOCK_M + (2 if self.double_buf else 1) * 2 * self.BLOCK_N)
+        return 2 * self.D * (self.block_m + (2 if self.double_buf else 1) * 2 * self.BLOCK_N)
 
 
 def _variants() -> dict[str, Variant]:
+    """Every ATTN07_ENTRY(name, D, BLOCK_N, KV_SPLIT, SWIZZLE, DOUBLE_BUF, ONE_BARRIER) of the source."""
     out = {}
-    for m in re.finditer(r'extern "C" __global__ void __launch_bounds__\(THREADS, MIN_CTAS_PER_SM\)\s*'
-                         r'(attn_fwd_07_\w+)\(.*?attn_fwd_07<(\d+), (\w+), (true|false), (true|false)>', SRC, re.S):
-        name, d, bn, sw, db = m.groups()
-        out[name] = Variant(name, int(d), _const(bn) if not bn.isdigit() else int(bn), sw == "true", db == "true")
+    for m in re.finditer(r"^ATTN07_ENTRY\((attn_fwd_07_\w+), (\d+), (\w+), (\d+), (true|false), (true|false), "
+                         r"(true|false)\)$", SRC, re.M):
+        name, d, bn, split, sw, db, ob = m.groups()
+        out[name] = Variant(name, int(d), _const(bn) if not bn.isdigit() else int(bn), int(split),
+                            sw == "true", db == "true", ob == "true")
     return out
 
 
 VARIANTS = _variants()
+assert len(VARIANTS) == SRC.count("\nATTN07_ENTRY(") >= 11
 MAIN = {64: VARIANTS["attn_fwd_07_mma_d64"], 128: VARIANTS["attn_fwd_07_mma_d128"]}
+SPLITS = {e: var for e, var in VARIANTS.items() if var.kv_split > 1}
 F16, F32 = np.float16, np.float32
 NEG_INF = F32(-np.inf)
 
@@ -257,21 +272,24 @@ def load_tile(sm: SharedMemory, tile: int, head, row0: int, L: int, D: int, rows
 
 def run_cta(var: Variant, q, k, v, out, L: int, scale: float, causal: bool, bx: int, grid_x: int):
     """One CTA (blockIdx.x = bx) of one head: q, k, v fp16 [L, D]; writes rows of out."""
-    D, BN, SW = var.D, var.BLOCK_N, var.swizzle
-    ROW_BYTES, K_STEPS, S_BLOCKS, P_STEPS, O_BLOCKS = 2 * D, D // 16, BN // 8, BN // 16, D // 8
-    Q_BYTES, KV_BYTES = BLOCK_M * ROW_BYTES, BN * ROW_BYTES
+    D, BN, SW, BM = var.D, var.BLOCK_N, var.swizzle, var.block_m
+    row_warps, sub_n = WARPS // var.kv_split, BN // var.kv_split
+    ROW_BYTES, K_STEPS, S_BLOCKS, P_STEPS, O_BLOCKS = 2 * D, D // 16, sub_n // 8, sub_n // 16, D // 8
+    Q_BYTES, KV_BYTES = BM * ROW_BYTES, BN * ROW_BYTES
+    group, row_warp = WARP // row_warps, WARP % row_warps            # [W, 1]
+    key0 = group * sub_n
     sm = SharedMemory(var.smem_bytes)
     q_tile = 0
     k_tile = lambda st: q_tile + Q_BYTES + st * 2 * KV_BYTES
     v_tile = lambda st: q_tile + Q_BYTES + st * 2 * KV_BYTES + KV_BYTES
 
     q_block = grid_x - 1 - bx if causal else bx
-    q0 = q_block * BLOCK_M
-    warp_row0 = q0 + WARP * 16                                       # [W, 1]
-    kv_end = min(L, q0 + BLOCK_M) if causal else L
+    q0 = q_block * BM
+    warp_row0 = q0 + row_warp * 16                                   # [W, 1]
+    kv_end = min(L, q0 + BM) if causal else L
     n_tiles = -(-kv_end // BN)
 
-    load_tile(sm, q_tile, q, q0, L, D, BLOCK_M, SW)
+    load_tile(sm, q_tile, q, q0, L, D, BM, SW)
     load_tile(sm, k_tile(0), k, 0, L, D, BN, SW)
     load_tile(sm, v_tile(0), v, 0, L, D, BN, SW)
     sm.commit()
@@ -285,7 +303,13 @@ def run_cta(var: Variant, q, k, v, out, L: int, scale: float, causal: bool, bx: 
     q_frag = None
     for j in range(n_tiles):
         stage = (j & 1) if var.double_buf else 0
-        if var.double_buf:
+        if var.one_barrier:  # wait, (barrier,) then refill the other stage
+            sm.wait(0)
+            if j + 1 < n_tiles:
+                load_tile(sm, k_tile(stage ^ 1), k, (j + 1) * BN, L, D, BN, SW)
+                load_tile(sm, v_tile(stage ^ 1), v, (j + 1) * BN, L, D, BN, SW)
+                sm.commit()
+        elif var.double_buf:
             if j + 1 < n_tiles:
                 load_tile(sm, k_tile(stage ^ 1), k, (j + 1) * BN, L, D, BN, SW)
                 load_tile(sm, v_tile(stage ^ 1), v, (j + 1) * BN, L, D, BN, SW)
@@ -298,23 +322,23 @@ def run_cta(var: Variant, q, k, v, out, L: int, scale: float, causal: bool, bx: 
                 sm.commit()
             sm.wait(0)
         if j == 0:
-            q_frag = [ldmatrix_x4(sm.halves, q_tile + tile_offset(WARP * 16 + ldsm_row(LANE),
+            q_frag = [ldmatrix_x4(sm.halves, q_tile + tile_offset(row_warp * 16 + ldsm_row(LANE),
                                                                   2 * ks + ldsm_chunk(LANE), ROW_BYTES, SW))
                       for ks in range(K_STEPS)]
             if scale < 0:
                 q_frag = [-qf for qf in q_frag]  # the sign-bit flip: exact negation of fp16
-        k0 = j * BN
+        k0 = j * BN + key0                                           # [W, 1]
         active = (not causal) | (k0 <= warp_row0 + 15)                # [W, 1]: the warp-uniform skip
 
         s = np.zeros((WARPS, 32, S_BLOCKS, 4), F32)
         for np_ in range(S_BLOCKS // 2):
             for ks in range(K_STEPS):
-                kf = ldmatrix_x4(sm.halves, k_tile(stage) + tile_offset(16 * np_ + ldsm_row_b(LANE),
+                kf = ldmatrix_x4(sm.halves, k_tile(stage) + tile_offset(key0 + 16 * np_ + ldsm_row_b(LANE),
                                                                        2 * ks + ldsm_chunk_b(LANE), ROW_BYTES, SW))
                 s[:, :, 2 * np_] = mma_16816(s[:, :, 2 * np_], q_frag[ks], kf[..., 0, :], kf[..., 1, :])
                 s[:, :, 2 * np_ + 1] = mma_16816(s[:, :, 2 * np_ + 1], q_frag[ks], kf[..., 2, :], kf[..., 3, :])
 
-        need_mask = (k0 + BN > L) | (causal & (k0 + BN - 1 > warp_row0))   # [W, 1]
+        need_mask = (k0 + sub_n > L) | (causal & (k0 + sub_n - 1 > warp_row0))   # [W, 1]
         for nb in range(S_BLOCKS):
             for e in range(4):
                 masked = need_mask & (k0 + nb * 8 + 2 * T + (e & 1) > key_limit[e >> 1])
@@ -349,7 +373,7 @@ def run_cta(var: Variant, q, k, v, out, L: int, scale: float, causal: bool, bx: 
                            pack_half2(s[:, :, 2 * kp + 1, 0], s[:, :, 2 * kp + 1, 1]),
                            pack_half2(s[:, :, 2 * kp + 1, 2], s[:, :, 2 * kp + 1, 3])], axis=-2)
             for dp in range(D // 16):
-                vf = ldmatrix_x4(sm.halves, v_tile(stage) + tile_offset(16 * kp + ldsm_row(LANE),
+                vf = ldmatrix_x4(sm.halves, v_tile(stage) + tile_offset(key0 + 16 * kp + ldsm_row(LANE),
                                                                        2 * dp + ldsm_chunk(LANE), ROW_BYTES, SW),
                                  trans=True)
                 o_new[:, :, 2 * dp] = mma_16816(o_new[:, :, 2 * dp], pa, vf[..., 0, :], vf[..., 1, :])
@@ -360,6 +384,18 @@ def run_cta(var: Variant, q, k, v, out, L: int, scale: float, causal: bool, bx: 
         m_run = np.where(act, m_new_run, m_run)
         l_run = np.where(act, l_new, l_run)
 
+    if var.kv_split > 1:
+        # The merge: warp (0, rw) folds in warp (g, rw)'s state, g = 1, 2, ..., lane by lane (the
+        # same lane of both holds the same elements), with the online softmax's rescaling.
+        for other in range(1, var.kv_split):
+            for rw in range(row_warps):
+                a, b = rw, other * row_warps + rw                    # warps of group 0 and `other`
+                for h in range(2):
+                    m_run[a, :, h], l_run[a, :, h], o_acc[a, :, :, 2 * h:2 * h + 2] = merge_row(
+                        m_run[a, :, h], l_run[a, :, h], o_acc[a, :, :, 2 * h:2 * h + 2],
+                        m_run[b, :, h], l_run[b, :, h], o_acc[b, :, :, 2 * h:2 * h + 2], F32(scale_log2))
+    finishing = (group == 0)[:, 0]                                  # the warps that store rows
+
     # Epilogue: quad sums, O / l to fp16 through this warp's rows of the Q tile, 16-byte stores.
     inv_l = np.empty((WARPS, 32, 2), F32)
     for h in range(2):
@@ -369,18 +405,29 @@ def run_cta(var: Variant, q, k, v, out, L: int, scale: float, causal: bool, bx: 
         inv_l[..., h] = np.where(l > 0, F32(1) / np.where(l > 0, l, 1), F32(0))
     for nb in range(O_BLOCKS):
         for h in range(2):
-            off = tile_offset(WARP * 16 + G + 8 * h, nb, ROW_BYTES, SW) + 4 * T   # [W, 32]
-            sm.halves[off[..., None] // 2 + np.arange(2)] = pack_half2(o_acc[:, :, nb, 2 * h] * inv_l[..., h],
-                                                                       o_acc[:, :, nb, 2 * h + 1] * inv_l[..., h])
+            off = tile_offset(row_warp * 16 + G + 8 * h, nb, ROW_BYTES, SW) + 4 * T   # [W, 32]
+            val = pack_half2(o_acc[:, :, nb, 2 * h] * inv_l[..., h], o_acc[:, :, nb, 2 * h + 1] * inv_l[..., h])
+            sm.halves[off[finishing][..., None] // 2 + np.arange(2)] = val[finishing]
     chunks = D // 8
     for i in range(16 * chunks // 32):
         idx = i * 32 + LANE
         r, c = idx // chunks, idx % chunks
         row = warp_row0 + r                                                       # [W, 32]
-        src = tile_offset(WARP * 16 + r, c, ROW_BYTES, SW)
+        src = tile_offset(row_warp * 16 + r, c, ROW_BYTES, SW)
         data = sm.halves[src[..., None] // 2 + np.arange(8)]
-        ok = row < L
+        ok = (row < L) & finishing[:, None]
         out[row[ok][:, None], (np.broadcast_to(c, row.shape)[ok] * 8)[:, None] + np.arange(8)] = data[ok]
+
+
+def merge_row(m_a, l_a, o_a, m_b, l_b, o_b, scale_log2):
+    """The kernel's merge of one row's partial state b into a (per lane: m, l [32], O [32, ...])."""
+    m_new = np.fmax(m_a, m_b)
+    m_use = np.where(m_new == NEG_INF, F32(0), m_new)
+    with np.errstate(invalid="raise"):
+        c_self = exp2((m_a - m_use) * scale_log2)
+        c_other = exp2((m_b - m_use) * scale_log2)
+    o = o_a * c_self[:, None, None] + o_b * c_other[:, None, None]
+    return m_new, l_a * c_self + l_b * c_other, o
 
 
 def model_attention(var_or_entry, q, k, v, causal: bool, scale: float | None = None):
@@ -391,7 +438,7 @@ def model_attention(var_or_entry, q, k, v, causal: bool, scale: float | None = N
     scale = 1.0 / np.sqrt(D) if scale is None else scale
     qn, kn, vn = (t.numpy().astype(F16).reshape(B * H, L, D) for t in (q, k, v))
     out = np.full((B * H, L, D), np.nan, F16)
-    grid_x = -(-L // BLOCK_M)
+    grid_x = -(-L // var.block_m)
     for bh in range(B * H):
         for bx in range(grid_x):
             run_cta(var, qn[bh], kn[bh], vn[bh], out[bh], L, scale, causal, bx, grid_x)
@@ -558,13 +605,40 @@ def test_model_meets_pass_rule(shape, causal):
 
 
 ABLATION_CASES = [(e, Shape(1, 1, 150, 64) if VARIANTS[e].D == 64 else Shape(1, 1, 200, 128))
-                  for e in sorted(VARIANTS) if "_mma_d" not in e]
+                  for e in sorted(VARIANTS) if "_mma_d" not in e and e not in SPLITS]
 
 
 @pytest.mark.parametrize("entry,shape", ABLATION_CASES, ids=[e for e, _ in ABLATION_CASES])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_ablations_compute_the_same_attention(entry, shape, causal):
     _check(VARIANTS[entry], shape, causal)
+
+
+# Every key split against the fp64 reference: lengths below, at and past a tile, causal and not.
+SPLIT_CASES = [(e, Shape(1, 2, L, var.D)) for e, var in sorted(SPLITS.items()) for L in (1, 17, 64, 129, 333)]
+
+
+@pytest.mark.parametrize("entry,shape", SPLIT_CASES, ids=[f"{e}-{s.L}" for e, s in SPLIT_CASES])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_every_key_split_merges_to_the_reference(entry, shape, causal):
+    _check(VARIANTS[entry], shape, causal)
+
+
+def test_the_merge_is_what_the_split_needs():
+    """Without the rescaling of each group to the common max, the split's answer is wrong: the
+    model's merge is load-bearing, not a formality."""
+    global merge_row
+    real = merge_row
+    try:  # the groups' sums and outputs added as they are, each against its own max
+        merge_row = lambda m_a, l_a, o_a, m_b, l_b, o_b, c: (np.fmax(m_a, m_b), l_a + l_b, o_a + o_b)  # noqa: E731
+        q, k, v = make_inputs(Shape(1, 1, 129, 64), seed=0, device="cpu")
+        ref = reference_attention(q, k, v)
+        fp16_err = float((naive_fp16(q, k, v).double() - ref).abs().max())
+        split = model_attention(SPLITS["attn_fwd_07_mma_split2_d64"], q, k, v, False)
+        assert not judge(split, ref, fp16_err).passed
+    finally:
+        merge_row = real
+    assert judge(model_attention(SPLITS["attn_fwd_07_mma_split2_d64"], q, k, v, False), ref, fp16_err).passed
 
 
 @pytest.mark.parametrize("scale", [-0.3, 0.0])

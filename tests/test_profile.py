@@ -76,9 +76,12 @@ def test_parse_raw_page_and_nothing():
 def test_ncu_command_profiles_only_the_kernels_entry():
     cmd = profile.ncu_command("07_mma", shape=MISSION, python="python")
     assert cmd[:2] == ["ncu", "--csv"] and "--metrics" in cmd
-    assert cmd[cmd.index("--kernel-name") + 1] == "regex:^(attn_fwd_07_mma_d64)$"
+    # the key split follows the GPU the child runs on: every split's entry of D = 64, nothing else
+    assert cmd[cmd.index("--kernel-name") + 1] == \
+        "regex:^(attn_fwd_07_mma_d64|attn_fwd_07_mma_split2_d64|attn_fwd_07_mma_split4_d64)$"
     assert cmd[-8:] == ["-m", "attnlab", "profile", "--child", "07_mma", "--shape", "1", "8", "512", "64"][-8:]
-    assert profile.entry_names("07_mma", MISSION._replace(D=128)) == ["attn_fwd_07_mma_d128"]
+    assert profile.entry_names("07_mma", MISSION._replace(D=128)) == ["attn_fwd_07_mma_d128", "attn_fwd_07_mma_split2_d128"]
+    assert profile.entry_names("07_mma_nosplit") == ["attn_fwd_07_mma_d64"]
     assert profile.entry_names("04_cublas_hybrid") == ["attn_softmax_04_rows"]
 
 
@@ -137,7 +140,8 @@ def test_cli_profile_refuses_without_gpu_and_shows_the_command():
                          timeout=120)
     assert out.returncode == 2 and "no CUDA GPU" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr  # the refusal; what it would run is output
-    assert "--kernel-name regex:^(attn_fwd_07_mma_d64)$" in out.stdout
+    assert "--kernel-name regex:^(attn_fwd_07_mma_d64|attn_fwd_07_mma_split2_d64|attn_fwd_07_mma_split4_d64)$" \
+        in out.stdout
 
 
 def test_every_kernel_has_an_entry_to_profile():

@@ -65,9 +65,17 @@ def test_with_config_computes_the_geometry_from_the_knobs():
     assert dict(cfg.defines) == {**spec.tuning.defaults, "ATTN07_WARPS": 8, "ATTN07_BLOCK_N_D64": 32}
     assert cfg.config_label() == "ATTN07_BLOCK_N_D64=32, ATTN07_WARPS=8"
     for L in (1, 127, 128, 129, 4096):
-        assert cfg.launch_config(Shape(2, 3, L, 64)) == {"grid": (-(-L // 128), 6, 1), "block": (256, 1, 1),
-                                                          "dynamic_smem": 2 * 64 * (128 + 2 * 2 * 32)}
-        assert cfg.launch_config(Shape(2, 3, L, 128))["dynamic_smem"] == 2 * 128 * (128 + 2 * 2 * 32)
+        split = cfg.kv_split(Shape(2, 3, L, 64))
+        assert split in (1, 2)  # 8 warps and 32-key tiles: a split of 4 would leave 8-key slices
+        assert cfg.launch_config(Shape(2, 3, L, 64)) == {
+            "grid": (-(-L // (128 // split)), 6, 1), "block": (256, 1, 1),
+            # Q, then the two K/V stages, or the merge's partials where they are larger (8 warps:
+            # 4 per group x 32 lanes x (64/2 + 4) fp32 words = 18 KB against 16 KB of stages)
+            "dynamic_smem": 2 * 64 * (128 // split) + max(2 * 2 * 32 * 2 * 64, (split - 1) * 4 * 32 * 36 * 4),
+            "entry": "attn_fwd_07_mma_d64" if split == 1 else "attn_fwd_07_mma_split2_d64", "kv_split": split}
+        if cfg.kv_split(Shape(2, 3, L, 128)) == 1:
+            assert cfg.launch_config(Shape(2, 3, L, 128))["dynamic_smem"] == 2 * 128 * (128 + 2 * 2 * 32)
+    assert cfg.kv_split(Shape(2, 3, 4096, 64)) == 1 and cfg.kv_split(Shape(2, 3, 127, 64)) == 2
     assert cfg.entry_for(128) == spec.entry_for(128) and cfg.id == spec.id and cfg.source == spec.source
     assert spec.defines == () and spec.launch_config(MISSION)["block"] == (128, 1, 1)  # the registry is untouched
 
@@ -78,7 +86,9 @@ def test_configured_chapter6_kernel_matches_its_sweep_variants(variant):
     stages, producers = registry._WS06_VARIANTS[variant]
     cfg = registry.get("06_warp_specialized").with_config({"ATTN06_STAGES": stages, "ATTN06_PRODUCERS": producers})
     for shape in (MISSION, Shape(1, 2, 333, 128), Shape(2, 8, 2048, 64)):
-        assert cfg.launch_config(shape) == registry.get(variant).launch_config(shape)
+        same = ("grid", "block", "dynamic_smem", "kv_split")  # the entries differ in name only
+        assert {k: cfg.launch_config(shape)[k] for k in same} == \
+            {k: registry.get(variant).launch_config(shape)[k] for k in same}
 
 
 def test_with_config_refuses_what_it_does_not_know():

@@ -188,7 +188,10 @@ def bench_case(specs, shape, causal: bool, reps: int, progress=None) -> dict:
         torch.cuda.synchronize()
         verdict = judge(out, ref, fp16_err)
         entry = {"check": {"passed": verdict.passed, "max_err": verdict.max_err,
-                           "tolerance": verdict.tolerance, "reason": verdict.reason}}
+                           "tolerance": verdict.tolerance, "reason": verdict.reason},
+                 # what ran: chapter 7's key split and grid follow the shape and the GPU's SM count
+                 "launch": {key: list(val) if isinstance(val, tuple) else val
+                            for key, val in spec.launch_config(shape).items()}}
         if verdict.passed:  # a wrong output gets no time, as in time_baselines
             entry["device"] = device_time(lambda: attention(spec.id, q, k, v, causal=causal, out=out), reps).to_dict()
             entry["host"] = host_latency(lambda: attention(spec.id, q, k, v, causal=causal, out=out), reps).to_dict()

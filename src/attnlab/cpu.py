@@ -55,7 +55,10 @@ class CpuCase:
 
 
 def _entries(spec: KernelSpec) -> list[str]:
-    return sorted(set(spec.entries_by_head_dim.values())) if spec.entries_by_head_dim else [spec.entry]
+    """Every entry of the kernel: one per head dim and key split."""
+    if not spec.entries_by_head_dim:
+        return [spec.entry]
+    return sorted({e for D in spec.entries_by_head_dim for e in spec.entries_at_head_dim(D)})
 
 
 def library_for(spec: KernelSpec, src_dir=None):
@@ -115,7 +118,7 @@ def attention_cpu(kernel_id: str | KernelSpec, q, k, v, causal: bool = False, sc
             return _hybrid_cpu(spec, shape, lib, buf, q, k, v, causal, scale, out, options)
         ptrs = [buf.put(t) for t in (q, k, v)] + [buf.put(nbytes=out.numel() * 2, fill=0xFF)]
         cfg = spec.launch_config(shape)
-        report = lib.launch(spec.entry_for(shape.D), cfg["grid"], cfg["block"], cfg["dynamic_smem"],
+        report = lib.launch(cfg["entry"], cfg["grid"], cfg["block"], cfg["dynamic_smem"],
                             ptrs + [shape.L, shape.D, scale, int(bool(causal))], **options)
         buf.get(ptrs[3], out)
     return out, report

@@ -81,6 +81,23 @@ def max_smem_per_block() -> tuple[int, str]:
     return int(limit), f"the {props.name}'s"
 
 
+def sm_count() -> tuple[int, str]:
+    """(SMs, whose) of the GPU at hand, where torch sees one, and the L4's 58 without one: what
+    chapter 7's launcher sizes its grid for (registry.choose_kv_split)."""
+    from .env import has_gpu
+
+    if not has_gpu():
+        return by_key(REFERENCE_GPU).sms, "the L4's"
+    import torch
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    sms = getattr(props, "multi_processor_count", 0)
+    if not sms:  # a stand-in without the field: the datasheet table, else the L4's
+        known = lookup(props.name)
+        sms = known.sms if known else by_key(REFERENCE_GPU).sms
+    return int(sms), f"the {props.name}'s"
+
+
 @dataclass(frozen=True)
 class Floor:
     compute_us: float

@@ -126,10 +126,11 @@ def launch(spec: KernelSpec, shape: Shape, q, k, v, out, causal: bool, scale: fl
     if spec.runner is not None:  # the kernel is one step of a larger computation (chapter 4)
         module, _, function = spec.runner.partition(":")
         return getattr(importlib.import_module(module), function)(spec, shape, q, k, v, out, causal, scale)
-    fn = load_function(spec, spec.entry_for(shape.D), q.device)
+    cfg = spec.launch_config(shape)  # the entry, grid and shared memory of the split taken here
+    fn = load_function(spec, cfg["entry"], q.device)
     args = (pointer(q), pointer(k), pointer(v), pointer(out),
             np.int32(shape.L), np.int32(shape.D), np.float32(scale), np.int32(bool(causal)))
-    run_on_torch_stream(fn, spec.launch_config(shape), args, q.device)
+    run_on_torch_stream(fn, cfg, args, q.device)
 
 
 # (id(function), device index) -> (function, bytes): the largest dynamic shared memory each

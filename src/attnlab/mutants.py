@@ -54,6 +54,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("07-causal-mask", "07_mma_swizzle.cu",
            "(e & 1) > key_limit[e >> 1]", "(e & 1) >= key_limit[e >> 1]", ("07_mma",),
            "the causal mask also hides the diagonal (and the last key of every row)"),
+    Mutant("07-merge-rescale", "07_mma_swizzle.cu",
+           "o_acc[nb][e] = o_acc[nb][e] * c_self + slot(other, nb * 4 + e) * c_other;",
+           "o_acc[nb][e] = o_acc[nb][e] + slot(other, nb * 4 + e);", ("07_mma_split2", "07_mma_split4"),
+           "the split's merge adds the groups' O without rescaling each to the common row max"),
+    Mutant("07-split-slice", "07_mma_swizzle.cu",
+           "const int key0 = group * SUB_N;", "const int key0 = 0;", ("07_mma_split2",),
+           "every warp group multiplies the tile's first slice: the other keys are never seen"),
     Mutant("07-tile-skip", "07_mma_swizzle.cu",
            "if (!causal || k0 <= warp_row0 + 15) {", "if (!causal || k0 < warp_row0) {", ("07_mma",),
            "a warp skips the key tile that holds its own diagonal"),
@@ -84,16 +91,28 @@ MUTANTS: tuple[Mutant, ...] = (
            ("06_warp_specialized",),
            "the producer announces a landed tile on the barrier of the stage it just filled"),
     Mutant("07-no-reuse-barrier", "07_mma_swizzle.cu",
-           _drop("        __syncthreads();  // all warps are done with this stage before a later copy refills it"), "",
-           ("07_mma", "07_mma_single_buffer"),
+           _drop("        if constexpr (!ONE_BARRIER) __syncthreads();  "
+                 "// all warps are done with this stage before a later copy refills it"), "",
+           ("07_mma_two_barriers", "07_mma_single_buffer"),
            "the prefetch refills the stage other warps are still reading (the output can stay right)"),
+    Mutant("07-prefetch-before-barrier", "07_mma_swizzle.cu",
+           "            __syncthreads();  // one barrier per tile: everyone's have, and every warp is done with tile j-1\n"
+           "            if (j + 1 < n_tiles) {",
+           "            if (j + 1 < n_tiles) {",
+           ("07_mma_nosplit",),
+           "one barrier per tile, but the prefetch is issued before it: it refills the stage of tile j-1 "
+           "while slower warps still multiply it, and nothing publishes tile j"),
+    Mutant("07-merge-barrier", "07_mma_swizzle.cu",
+           _drop("        __syncthreads();  // the partials are written"), "",
+           ("07_mma_split2",),
+           "group 0 reads the other groups' (m, l, O) before they are written"),
 
     # ---- cp.async group depth -------------------------------------------------------------------
     Mutant("06-wait-depth", "06_warp_specialized.cu",
            "attn::cp_async_wait<LAG>();", "attn::cp_async_wait<STAGES>();", ("06_warp_specialized", "06_ws_s1_p1"),
            "the producer announces a tile one cp.async group too early"),
     Mutant("07-wait-depth", "07_mma_swizzle.cu",
-           "attn::cp_async_wait<1>();", "attn::cp_async_wait<2>();", ("07_mma",),
+           "attn::cp_async_wait<1>();", "attn::cp_async_wait<2>();", ("07_mma_two_barriers",),
            "the double buffer waits for all but the newest two groups: tile j may still be in flight"),
 
     # ---- fragments and lane maps ----------------------------------------------------------------

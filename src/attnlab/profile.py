@@ -8,7 +8,7 @@ metrics with their units. `ncu` replays each kernel once per pass its metrics ne
 and clocks locked to base by default), so the numbers describe one launch of the kernel alone,
 not a timing to compare with attnlab.bench.
 
-    ncu --csv --metrics <list> --kernel-name regex:'^(attn_fwd_07_mma_d64)$' --target-processes all \\
+    ncu --csv --metrics <list> --kernel-name regex:'^(attn_fwd_07_mma_d64|...)$' --target-processes all \\
         python -m attnlab profile --child 07_mma
 
 The parser reads both CSV layouts `ncu --csv` prints: the default "details" page (one row per
@@ -74,9 +74,10 @@ def ncu_path() -> str | None:
 
 
 def entry_names(kernel_id: str, shape: Shape = MISSION) -> list[str]:
-    """The extern "C" functions a kernel launches at this shape (the ones ncu should profile)."""
+    """The extern "C" functions a kernel may launch at this shape (the ones ncu should profile):
+    one per key split for chapter 7, since the split follows the GPU the child runs on."""
     spec = registry.get(kernel_id)
-    return [spec.entry_for(shape.D)]
+    return spec.entries_at_head_dim(shape.D)
 
 
 def ncu_command(kernel_id: str, metrics=DEFAULT_METRICS, shape: Shape = MISSION, ncu: str = "ncu",

@@ -43,8 +43,8 @@ class Knob:
 class Tuning:
     """The knobs of a kernel and what follows from them.
 
-    geometry(config) -> {"block": f, "grid": f, "dynamic_smem": f}, each f a function of the Shape:
-    the one description of the launch for every configuration, the chapter's included.
+    geometry(config) -> {"block": f, "grid": f, "dynamic_smem": f[, "kv_split": f]}, each f a function
+    of the Shape: the one description of the launch for every configuration, the chapter's included.
     rules(config, D) -> the reasons the kernel's static_asserts would refuse the configuration at
     head dim D (shared memory is checked separately, from the geometry)."""
     knobs: tuple[Knob, ...]
@@ -97,6 +97,12 @@ class KernelSpec:
     # The chapter kernel this one is an ablation or a sweep variant of (None: a chapter's own kernel).
     # Sessions on a GPU run the chapters' own kernels first and these last.
     variant_of: str | None = None
+    # Kernels that split each query tile's keys among warp groups of the CTA (chapter 7): the split
+    # the launcher takes for a shape on the GPU at hand, and split -> (D -> entry) for every split
+    # but 1 (whose entries are `entries_by_head_dim`). None: one split, 1, or the spec's own.
+    # kv_split(shape, sms=None): sms names another GPU's SM count than the one at hand's.
+    kv_split: Callable[..., int] = field(default=lambda s, sms=None: 1, hash=False, compare=False)
+    entries_by_split: dict[int, dict[int, str]] | None = field(default=None, hash=False)
 
     @property
     def path(self):
@@ -155,8 +161,21 @@ class KernelSpec:
         return ", ".join(f"{n}={v}" for n, v in self.defines if v != self.tuning.defaults[n]) or "default"
 
     def entry_for(self, D: int) -> str:
-        """The extern "C" entry point that runs head dim D."""
+        """The extern "C" entry point that runs head dim D (without a key split)."""
         return self.entries_by_head_dim[D] if self.entries_by_head_dim is not None else self.entry
+
+    def entry_at(self, shape: Shape) -> str:
+        """The entry the launcher runs at `shape`: entry_for(D), or the entry of the key split it
+        takes there on the GPU at hand."""
+        split = self.kv_split(shape)
+        if self.entries_by_split is not None and split != 1:
+            return self.entries_by_split[split][shape.D]
+        return self.entry_for(shape.D)
+
+    def entries_at_head_dim(self, D: int) -> list[str]:
+        """Every entry that may run head dim D, one per key split."""
+        extra = [by_d[D] for by_d in (self.entries_by_split or {}).values() if D in by_d]
+        return [self.entry_for(D)] + extra
 
     def supports_head_dim(self, D: int) -> bool:
         if self.head_dims is not None:
@@ -173,8 +192,11 @@ class KernelSpec:
         return f"1..{self.max_head_dim}"
 
     def launch_config(self, shape: Shape) -> dict:
+        """What the launcher runs at `shape`: grid, block, dynamic shared memory, the entry and the
+        key split (1 for kernels without one). Bench records keep it with each time."""
         return {"grid": self.grid(shape), "block": self.block(shape),
-                "dynamic_smem": self.dynamic_smem(shape)}
+                "dynamic_smem": self.dynamic_smem(shape), "entry": self.entry_at(shape),
+                "kv_split": self.kv_split(shape)}
 
 
 # Launch constants mirrored from the .cu files (tests/test_registry.py and
@@ -376,25 +398,75 @@ for _id, (_stages, _producers) in _WS06_VARIANTS.items():
 
 
 # Chapter 7 (kernels/07_mma_swizzle.cu): constants mirrored from the source, checked by
-# tests/test_kernel_07_static.py. One entry per head dim; the two ablations are separate ids.
+# tests/test_kernel_07_static.py. One entry per head dim (and key split); the ablations are separate ids.
 _MMA07_WARPS = 4                     # WARPS: 16 query rows each
-_MMA07_BLOCK_M = 16 * _MMA07_WARPS   # query rows per CTA
+_MMA07_BLOCK_M = 16 * _MMA07_WARPS   # query rows per CTA without a key split
 _MMA07_BLOCK_N = {64: 64, 128: 32}   # BLOCK_N_D64, BLOCK_N_D128: keys per K/V tile
 _MMA07_MIN_CTAS = 2                  # MIN_CTAS_PER_SM: __launch_bounds__'s CTAs per SM
+# KV_SPLIT > 1 entries of 07_mma: split -> head dims (attn_fwd_07_mma_split{s}_d{D}).
+_MMA07_SPLIT_ENTRIES = {2: (64, 128), 4: (64,)}
+
+# The launcher's choice of key split: FlashAttention-2's num_splits_heuristic, applied to the warp
+# groups of one CTA. No split while the grid already covers SPLIT_FILL of the SMs; otherwise the
+# smallest split whose wave efficiency (CTAs / SMs over its ceiling) is within SPLIT_EFFICIENCY of
+# the best split's.
+SPLIT_FILL = 0.8
+SPLIT_EFFICIENCY = 0.85
 
 
-def _mma07_smem(D: int, stages: int, block_m: int = _MMA07_BLOCK_M, block_n: dict | None = None) -> int:
+def choose_kv_split(ctas_at, splits, sms: int) -> int:
+    """The key split for a grid of ctas_at(s) CTAs at split s, among `splits`, on `sms` SMs."""
+    if 1 not in splits:
+        raise ValueError(f"splits {splits} must hold 1")
+    if ctas_at(1) >= SPLIT_FILL * sms:
+        return 1
+    efficiency = {s: (ctas_at(s) / sms) / -(-ctas_at(s) // sms) for s in splits}  # waves over whole waves
+    best = max(efficiency.values())
+    return min(s for s in splits if efficiency[s] >= SPLIT_EFFICIENCY * best)
+
+
+def _mma07_splits(config: dict, D: int) -> tuple[int, ...]:
+    """The key splits a build of `config` can run at head dim D: those with an entry whose
+    split_fits() holds (whole warps per group, whole 16-key MMA steps per slice)."""
+    warps, bn = config["ATTN07_WARPS"], config.get(f"ATTN07_BLOCK_N_D{D}")
+    if bn is None:
+        return (1,)
+    return (1,) + tuple(s for s, dims in _MMA07_SPLIT_ENTRIES.items()
+                        if D in dims and warps % s == 0 and bn % s == 0 and (bn // s) % 16 == 0)
+
+
+def _mma07_smem(D: int, stages: int, block_m: int = _MMA07_BLOCK_M, block_n: dict | None = None,
+                warps: int = _MMA07_WARPS) -> int:
     """Q tile + stages x (K tile + V tile), fp16: 40 KB (D=64) and 48 KB (D=128) double-buffered
-    with the chapter's tiles."""
-    return 2 * D * (block_m + stages * 2 * (block_n or _MMA07_BLOCK_N)[D])
+    with the chapter's tiles and no split. With a key split the merge's partials reuse the stages:
+    (split - 1) x (warps per group) x 32 lanes x (D/2 + 4) fp32 words, the larger of the two."""
+    stages_bytes = stages * 2 * (block_n or _MMA07_BLOCK_N)[D] * 2 * D
+    split = warps * 16 // block_m
+    partials = (split - 1) * (warps // split) * 32 * (D // 2 + 4) * 4
+    return 2 * D * block_m + max(stages_bytes, partials)
 
 
-def _mma07_geometry(config: dict, stages: int = 2) -> dict:
+def _mma07_geometry(config: dict, stages: int = 2, split=None) -> dict:
+    """Block, grid and shared memory of a build of `config`, and its key split: `split` fixes it;
+    None lets the launcher choose per shape, from the SM count of the GPU at hand."""
     warps = config["ATTN07_WARPS"]
     bn = {64: config["ATTN07_BLOCK_N_D64"], 128: config["ATTN07_BLOCK_N_D128"]}
+
+    def ctas(s: Shape, k: int) -> int:
+        return _cdiv(s.L, 16 * warps // k) * s.B * s.H
+
+    def kv_split(s: Shape, sms: int | None = None) -> int:
+        if split is not None:
+            return split
+        if sms is None:
+            from .gpus import sm_count
+            sms = sm_count()[0]
+        return choose_kv_split(lambda k: ctas(s, k), _mma07_splits(config, s.D), sms)
+
     return {"block": lambda s: (warps * 32, 1, 1),
-            "grid": lambda s: (_cdiv(s.L, 16 * warps), s.B * s.H, 1),
-            "dynamic_smem": lambda s: _mma07_smem(s.D, stages, 16 * warps, bn)}
+            "grid": lambda s: (_cdiv(s.L, 16 * warps // kv_split(s)), s.B * s.H, 1),
+            "dynamic_smem": lambda s: _mma07_smem(s.D, stages, 16 * warps // kv_split(s), bn, warps),
+            "kv_split": kv_split}
 
 
 def _mma07_rules(config: dict, D: int) -> list[str]:
@@ -413,32 +485,59 @@ _MMA07_TUNING = Tuning(
            Knob("ATTN07_MIN_CTAS", (1, 2), _MMA07_MIN_CTAS, "CTAs per SM the registers are budgeted for (`__launch_bounds__`)")),
     geometry=_mma07_geometry, rules=_mma07_rules)
 
+_MMA07_COMMON = dict(chapter=7, source="07_mma_swizzle.cu", head_dims=frozenset({64, 128}), alignment=16,
+                     extra_sources=("common.cuh", "ptx.cuh", "swizzle.cuh"))
+
+register(KernelSpec(
+    id="07_mma",
+    title="Swizzle + double buffer",
+    entry="attn_fwd_07_mma_d64",
+    entries_by_head_dim={D: f"attn_fwd_07_mma_d{D}" for D in (64, 128)},
+    entries_by_split={s: {D: f"attn_fwd_07_mma_split{s}_d{D}" for D in dims} for s, dims in _MMA07_SPLIT_ENTRIES.items()},
+    **_mma07_geometry(_MMA07_TUNING.defaults),
+    **_MMA07_COMMON,
+    summary="mma.sync m16n8k16 + ldmatrix from XOR-swizzled tiles, P in registers, double-buffered cp.async with "
+            "one barrier per tile, causal tile skipping, keys split among warp groups when the grid is small",
+    # Chapter 8 searches the kernel's knobs; the ablations and variants keep the chapter's constants.
+    tuning=_MMA07_TUNING,
+    conflict_free=("ldmatrix", "cp.async", "ld/st"),
+))
+
+# Fixed key splits: the launcher's other choices, measured side by side (sweep variants).
+for _split, _dims in _MMA07_SPLIT_ENTRIES.items():
+    register(KernelSpec(
+        id=f"07_mma_split{_split}",
+        title=f"Swizzle + double buffer (keys split {_split} ways)",
+        entry=f"attn_fwd_07_mma_split{_split}_d{_dims[0]}",
+        entries_by_head_dim={D: f"attn_fwd_07_mma_split{_split}_d{D}" for D in _dims},
+        **_mma07_geometry(_MMA07_TUNING.defaults, split=_split),
+        **{**_MMA07_COMMON, "head_dims": frozenset(_dims)},
+        summary=f"sweep variant of 07_mma: each tile's keys split among {_split} warp groups whatever the shape, "
+                f"{16 * _MMA07_WARPS // _split}-row query tiles",
+        conflict_free=("ldmatrix", "cp.async", "ld/st"),
+        variant_of="07_mma",
+    ))
 
 for _kid, _suffix, _stages, _title, _summary in (
-        ("07_mma", "", 2, "Swizzle + double buffer",
-         "mma.sync m16n8k16 + ldmatrix from XOR-swizzled tiles, P in registers, double-buffered cp.async, "
-         "causal tile skipping"),
-        ("07_mma_noswizzle", "_noswizzle", 2, "Swizzle + double buffer (ablation: no swizzle)",
-         "ablation of 07_mma: plain row-major tiles (8-way bank conflicts on every ldmatrix)"),
-        ("07_mma_single_buffer", "_single_buffer", 1, "Swizzle + double buffer (ablation: one stage)",
-         "ablation of 07_mma: one K/V stage, the next tile is copied only after this one is used")):
+        ("07_mma_nosplit", "", 2, "no split",
+         "one warp group per CTA and 64-row query tiles whatever the GPU"),
+        ("07_mma_two_barriers", "_two_barriers", 2, "two barriers",
+         "a second barrier per key tile (prefetch, wait, barrier, compute, barrier)"),
+        ("07_mma_noswizzle", "_noswizzle", 2, "no swizzle",
+         "plain row-major tiles (8-way bank conflicts on every ldmatrix)"),
+        ("07_mma_single_buffer", "_single_buffer", 1, "one stage",
+         "one K/V stage, the next tile is copied only after this one is used (two barriers per tile)")):
     register(KernelSpec(
         id=_kid,
-        chapter=7,
-        title=_title,
-        source="07_mma_swizzle.cu",
+        title=f"Swizzle + double buffer (ablation: {_title})",
         entry=f"attn_fwd_07_mma{_suffix}_d64",
         entries_by_head_dim={D: f"attn_fwd_07_mma{_suffix}_d{D}" for D in (64, 128)},
-        **_mma07_geometry(_MMA07_TUNING.defaults, _stages),
-        head_dims=frozenset({64, 128}),
-        alignment=16,
-        extra_sources=("common.cuh", "ptx.cuh", "swizzle.cuh"),
-        summary=_summary,
-        # Chapter 8 searches the kernel's knobs; the ablations keep the chapter's constants.
-        tuning=_MMA07_TUNING if _kid == "07_mma" else None,
+        **_mma07_geometry(_MMA07_TUNING.defaults, _stages, split=1),
+        **_MMA07_COMMON,
+        summary=f"ablation of 07_mma without a key split: {_summary}",
         # The swizzle's promise; the unswizzled ablation exists to break it.
         conflict_free=() if _kid == "07_mma_noswizzle" else ("ldmatrix", "cp.async", "ld/st"),
-        variant_of=None if _kid == "07_mma" else "07_mma",
+        variant_of="07_mma",
     ))
 
 

@@ -149,7 +149,7 @@ def static_gate(kernel_id: str, config: dict, D: int, arch: str = REFERENCE_ARCH
     """What the compiler says about one configuration at head dim D, before any GPU time.
 
     Refused without compiling when the arithmetic rules refuse it; otherwise built with nvcc for
-    `arch`, and refused when the entry that runs D spills registers or needs more shared memory
+    `arch`, and refused when an entry that may run D (one per key split) spills registers or needs more shared memory
     per block than the GPU at hand allows (the L4's 99 KB without one). ptxas reports one register
     count per entry: for kernels whose entry holds both head dims (chapters 5 and 6) it is the
     larger of the two paths."""
@@ -170,18 +170,22 @@ def static_gate(kernel_id: str, config: dict, D: int, arch: str = REFERENCE_ARCH
         verdict.problems = [f"nvcc refused it: {str(exc).splitlines()[-1][:200]}"]
         return verdict
     verdict.compiled = True
-    entry = spec.entry_for(D)
-    fn = next((f for f in functions if f["name"] == entry), None)
-    if fn is None:
-        verdict.problems = [f"entry {entry} not in the build"]
+    by_name = {f["name"]: f for f in functions}
+    # Every entry that may run D (chapter 7: one per key split, the launcher's choice per shape).
+    entries = spec.entries_at_head_dim(D)
+    missing = [e for e in entries if e not in by_name]
+    if missing:
+        verdict.problems = [f"entry {', '.join(missing)} not in the build"]
         return verdict
-    verdict.registers = fn["registers"]
-    verdict.static_smem = fn["static_smem"]
-    verdict.spill_bytes = fn["spill_stores"] + fn["spill_loads"]
-    verdict.stack_bytes = fn["stack_bytes"]
-    if verdict.spill_bytes:
-        verdict.problems.append(f"{entry} spills on {arch}: {fn['spill_stores']} B stored, "
-                                f"{fn['spill_loads']} B loaded ({fn['registers']} registers)")
+    verdict.registers = max(by_name[e]["registers"] for e in entries)
+    verdict.static_smem = max(by_name[e]["static_smem"] for e in entries)
+    verdict.spill_bytes = sum(by_name[e]["spill_stores"] + by_name[e]["spill_loads"] for e in entries)
+    verdict.stack_bytes = max(by_name[e]["stack_bytes"] for e in entries)
+    for entry in entries:
+        fn = by_name[entry]
+        if fn["spill_stores"] + fn["spill_loads"]:
+            verdict.problems.append(f"{entry} spills on {arch}: {fn['spill_stores']} B stored, "
+                                    f"{fn['spill_loads']} B loaded ({fn['registers']} registers)")
     limit, whose = max_smem_per_block()
     if verdict.smem > limit:
         verdict.problems.append(f"{verdict.smem} B of shared memory, over {whose} {limit} B per block")
@@ -460,7 +464,7 @@ class DeviceFitness:
             if not verdict.compiled:  # no nvcc here: ask the loaded (NVRTC-built) kernel about spills
                 from .compile import load_function
 
-                attrs = load_function(spec, spec.entry_for(self.shape.D)).attributes
+                attrs = load_function(spec, spec.entry_at(self.shape)).attributes
                 detail["static"]["registers"] = attrs.get("num_regs")
                 if attrs.get("local_size_bytes", 0):
                     return Trial(config, "static", reason=f"uses {attrs['local_size_bytes']} B of local memory "

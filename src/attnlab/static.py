@@ -163,6 +163,14 @@ def sass_by_function(sass: str) -> dict[str, list[str]]:
     return out
 
 
+def main_path(lines: list[str]) -> list[str]:
+    """One function's SASS up to its last EXIT. Where ptxas cannot prove a warp converged before a
+    shuffle it appends a fallback after EXIT (BRA.DIV to WARPSYNC.COLLECTIVE and register-operand
+    SHFLs) that a converged warp never takes; counts of the path a warp runs leave it out."""
+    exits = [i for i, line in enumerate(lines) if re.match(r"(@!?U?P\w+ )?EXIT\b", line)]
+    return lines[:exits[-1] + 1] if exits else lines
+
+
 def function_opcodes(lines: list[str]) -> Counter:
     """Opcode counts of one function's instructions (from sass_by_function), predicates dropped;
     never-executed padding (@!PT) is not counted."""
