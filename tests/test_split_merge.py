@@ -1,0 +1,54 @@
+"""The NumPy model of chapter 7's key split (attnlab.split_merge) against the fp64 reference, at
+every split the kernel builds and beyond, causal and not."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attnlab.check import make_inputs
+from attnlab.reference import reference_attention
+from attnlab.shapes import Shape
+from attnlab.split_merge import group_keys, merge, partial_state, split_attention
+
+
+def _head(L, D, seed=0):
+    q, k, v = make_inputs(Shape(1, 1, L, D), seed=seed, device="cpu")
+    ref = reference_attention(q, k, v, False)[0, 0].numpy()
+    ref_causal = reference_attention(q, k, v, True)[0, 0].numpy()
+    return q[0, 0].double().numpy(), k[0, 0].double().numpy(), v[0, 0].double().numpy(), ref, ref_causal
+
+
+@pytest.mark.parametrize("splits", [1, 2, 4, 8])
+@pytest.mark.parametrize("L", [1, 17, 64, 129, 333])
+@pytest.mark.parametrize("causal", [False, True])
+def test_every_split_merges_to_the_reference(splits, L, causal):
+    q, k, v, ref, ref_causal = _head(L, 64)
+    out = split_attention(q, k, v, splits, block_n=64, causal=causal)
+    assert np.abs(out - (ref_causal if causal else ref)).max() < 1e-12
+
+
+def test_the_groups_take_disjoint_slices_that_cover_every_key():
+    for L in (1, 63, 64, 200):
+        for splits in (1, 2, 4):
+            keys = np.concatenate([group_keys(L, splits, 64, g) for g in range(splits)])
+            assert sorted(keys.tolist()) == list(range(L))
+    assert group_keys(130, 2, 64, 1).tolist() == list(range(32, 64)) + list(range(96, 128))
+    with pytest.raises(ValueError):
+        group_keys(64, 3, 64, 0)
+
+
+def test_without_the_rescaling_the_merge_is_wrong():
+    q, k, v, ref, _ = _head(129, 64)
+    states = [partial_state(q, k, v, group_keys(129, 2, 64, g), 0.125, False) for g in range(2)]
+    _, l, o = merge(states)
+    assert np.abs(o / l[:, None] - ref).max() < 1e-12
+    naive = sum(st[2] for st in states) / sum(st[1] for st in states)[:, None]  # each against its own max
+    assert np.abs(naive - ref).max() > 1e-3
+
+
+def test_a_row_that_one_group_never_sees_merges_cleanly():
+    """Causal row 0 sees key 0 only: every other group's state is (-inf, 0, 0) and must add nothing."""
+    q, k, v, _, ref_causal = _head(64, 64)
+    m, l, o = partial_state(q, k, v, group_keys(64, 4, 64, 3), 0.125, True)
+    assert m[0] == -np.inf and l[0] == 0 and not o[0].any()
+    assert np.abs(split_attention(q, k, v, 4, causal=True) - ref_causal).max() < 1e-12
