@@ -47,6 +47,14 @@
 // (j+1)&1 = (j-1)&1 the prefetch refills, so no second barrier is needed at the end of the body.
 // The copy of tile j+1 still overlaps the math on tile j.
 //
+// FlashAttention-2's route to the same end (PARTIAL = true, registry id 07_mma_split_ctas): the
+// split is across CTAs instead. Grid (ceil(L / BLOCK_M), B*H, splits): CTA z takes the z-th run of
+// ceil(ceil(L / BLOCK_N) / splits) key tiles (a causal query tile only the part of it at or below
+// its diagonal, possibly none) and writes its rows' unnormalized fp32 O, running max m and sum l
+// to global scratch; attn_combine_07, a second kernel, merges the splits of each row with the
+// same rescaling as the merge above and writes O. The price: splits x B*H x L x (D + 2) fp32
+// words written and read back, and a second launch.
+//
 // Ablations, each its own extern "C" entry (registry ids 07_mma_nosplit, 07_mma_two_barriers,
 // 07_mma_noswizzle, 07_mma_single_buffer; all KV_SPLIT = 1):
 //   KV_SPLIT = 1:       one group of warps; 64-row query tiles whatever the GPU.
@@ -96,6 +104,14 @@ __device__ __forceinline__ unsigned pack_half2(float lo, float hi) {
     return *reinterpret_cast<unsigned*>(&h);
 }
 
+// A row's value summed over the 4 lanes of its quad, which hold the row between them in the mma
+// C layout (xor 1 and xor 2 stay inside the quad).
+__device__ __forceinline__ float quad_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    x += __shfl_xor_sync(0xffffffffu, x, 2);
+    return x;
+}
+
 // ---- tile copies ---------------------------------------------------------------------------
 
 // Rows row0 .. row0+ROWS-1 of one head's [L, D] matrix into a (swizzled) tile, 16 bytes per
@@ -120,9 +136,12 @@ __device__ __forceinline__ void load_tile(unsigned tile, const __half* head, int
 
 // ---- the kernel ----------------------------------------------------------------------------
 
-template <int D, int BLOCK_N, int KV_SPLIT, bool SWIZZLE, bool DOUBLE_BUF, bool ONE_BARRIER>
+// PARTIAL: write this CTA's split of the keys to o_part and ml for attn_combine_07 (o unused);
+// otherwise o_part and ml are unused.
+template <int D, int BLOCK_N, int KV_SPLIT, bool SWIZZLE, bool DOUBLE_BUF, bool ONE_BARRIER, bool PARTIAL>
 __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const __half* __restrict__ k,
                                             const __half* __restrict__ v, __half* __restrict__ o,
+                                            float* __restrict__ o_part, float* __restrict__ ml,
                                             int L, float scale, int causal) {
     constexpr int ROW_WARPS = WARPS / KV_SPLIT;  // warps per key group, 16 query rows each
     constexpr int BLOCK_M = 16 * ROW_WARPS;      // query rows per CTA
@@ -130,6 +149,7 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
     static_assert(WARPS % KV_SPLIT == 0, "whole warps per key group");
     static_assert(D % 16 == 0 && SUB_N % 16 == 0, "whole m16n8k16 steps");
     static_assert(DOUBLE_BUF || !ONE_BARRIER, "one stage needs the second barrier before its refill");
+    static_assert(!PARTIAL || KV_SPLIT == 1, "one route to split the keys at a time");
     constexpr int ROW_BYTES = D * 2;
     constexpr int Q_BYTES = BLOCK_M * ROW_BYTES;
     constexpr int KV_BYTES = BLOCK_N * ROW_BYTES;
@@ -153,15 +173,30 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
     const int q0 = q_block * BLOCK_M;
     const int warp_row0 = q0 + row_warp * 16;  // this warp's first query row
     const long long head = attn::head_offset(blockIdx.y, L, D);
-    q += head; k += head; v += head; o += head;
+    q += head; k += head; v += head;
+    if constexpr (!PARTIAL) o += head;  // (PARTIAL: o is null)
 
     // Causal: key tiles wholly above the diagonal of this query tile are never visited.
     const int kv_end = causal ? min(L, q0 + BLOCK_M) : L;
-    const int n_tiles = attn::ceil_div(kv_end, BLOCK_N);
+    int tile0 = 0, tile1 = attn::ceil_div(kv_end, BLOCK_N);  // the key tiles [tile0, tile1) this CTA walks
+    // This CTA's rows in the combine's scratch: [split][B*H][L] rows of D (o_part) and 2 (ml) floats.
+    const long long part_row0 = (static_cast<long long>(blockIdx.z) * gridDim.y + blockIdx.y) * L;
+    if constexpr (PARTIAL) {
+        const int per_split = attn::ceil_div(attn::ceil_div(L, BLOCK_N), gridDim.z);
+        tile0 = blockIdx.z * per_split;
+        tile1 = min(tile1, tile0 + per_split);
+        if (tile0 >= tile1) {  // a causal query tile's diagonal ends before this split: no key, no copy
+            for (int r = tid; r < BLOCK_M && q0 + r < L; r += THREADS) {
+                ml[(part_row0 + q0 + r) * 2] = ATTN_NEG_INF;  // the combine skips it, O unread
+                ml[(part_row0 + q0 + r) * 2 + 1] = 0.f;
+            }
+            return;  // the whole CTA, before any barrier
+        }
+    }
 
     load_tile<D, BLOCK_M, SWIZZLE>(q_tile, q, q0, L, tid);
-    load_tile<D, BLOCK_N, SWIZZLE>(k_tile(0), k, 0, L, tid);
-    load_tile<D, BLOCK_N, SWIZZLE>(v_tile(0), v, 0, L, tid);
+    load_tile<D, BLOCK_N, SWIZZLE>(k_tile(0), k, tile0 * BLOCK_N, L, tid);
+    load_tile<D, BLOCK_N, SWIZZLE>(v_tile(0), v, tile0 * BLOCK_N, L, tid);
     attn::cp_async_commit();
 
     unsigned q_frag[K_STEPS][4];  // A operands of Q for the whole loop
@@ -182,26 +217,26 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
 #pragma unroll
     for (int h = 0; h < 2; ++h) key_limit[h] = causal ? min(L - 1, warp_row0 + g + 8 * h) : L - 1;
 
-    for (int j = 0; j < n_tiles; ++j) {
-        const int stage = DOUBLE_BUF ? (j & 1) : 0;
+    for (int j = tile0; j < tile1; ++j) {
+        const int stage = DOUBLE_BUF ? ((j - tile0) & 1) : 0;
         if constexpr (ONE_BARRIER) {
             attn::cp_async_wait<0>();  // this thread's copies of tile j (and Q) have landed
             __syncthreads();  // one barrier per tile: everyone's have, and every warp is done with tile j-1
-            if (j + 1 < n_tiles) {  // so its stage, the other one, takes tile j+1 while tile j is used
+            if (j + 1 < tile1) {  // so its stage, the other one, takes tile j+1 while tile j is used
                 load_tile<D, BLOCK_N, SWIZZLE>(k_tile(stage ^ 1), k, (j + 1) * BLOCK_N, L, tid);
                 load_tile<D, BLOCK_N, SWIZZLE>(v_tile(stage ^ 1), v, (j + 1) * BLOCK_N, L, tid);
                 attn::cp_async_commit();
             }
         } else {
             if constexpr (DOUBLE_BUF) {
-                if (j + 1 < n_tiles) {  // prefetch tile j+1 into the other stage (freed by the last barrier)
+                if (j + 1 < tile1) {  // prefetch tile j+1 into the other stage (freed by the last barrier)
                     load_tile<D, BLOCK_N, SWIZZLE>(k_tile(stage ^ 1), k, (j + 1) * BLOCK_N, L, tid);
                     load_tile<D, BLOCK_N, SWIZZLE>(v_tile(stage ^ 1), v, (j + 1) * BLOCK_N, L, tid);
                 }
                 attn::cp_async_commit();   // possibly empty: keeps "all but the newest group" = tile j
                 attn::cp_async_wait<1>();
             } else {
-                if (j > 0) {
+                if (j > tile0) {
                     load_tile<D, BLOCK_N, SWIZZLE>(k_tile(0), k, j * BLOCK_N, L, tid);
                     load_tile<D, BLOCK_N, SWIZZLE>(v_tile(0), v, j * BLOCK_N, L, tid);
                     attn::cp_async_commit();
@@ -211,7 +246,7 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
             __syncthreads();  // every thread's copies of tile j (and Q) are now visible to all
         }
 
-        if (j == 0) {
+        if (j == tile0) {
 #pragma unroll
             for (int ks = 0; ks < K_STEPS; ++ks)
                 attn::ldsm_x4(q_frag[ks], q_tile + attn::tile_offset<ROW_BYTES, SWIZZLE>(
@@ -359,6 +394,26 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
             }
     }
 
+    if constexpr (PARTIAL) {
+        // This split's rows for the combine: l summed over the quad, O unnormalized in fp32 (a
+        // quad's 4 lanes write 32 contiguous bytes of a row per n-block), m and l by lane t = 0.
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const float l = quad_sum(l_run[h]);
+            const int row = warp_row0 + g + 8 * h;
+            if (row >= L) continue;
+            float* o_row = o_part + (part_row0 + row) * D;
+#pragma unroll
+            for (int nb = 0; nb < O_BLOCKS; ++nb)
+                *reinterpret_cast<float2*>(o_row + nb * 8 + 2 * t) = make_float2(o_acc[nb][2 * h], o_acc[nb][2 * h + 1]);
+            if (t == 0) {
+                ml[(part_row0 + row) * 2] = m_run[h];
+                ml[(part_row0 + row) * 2 + 1] = l;
+            }
+        }
+        return;
+    }
+
     // Finish: the row sums from the quad, O / l in fp16, staged through this warp's own 16 rows
     // of the (no longer needed) Q tile so that global stores are 16 bytes of contiguous row. With
     // one barrier per tile nothing else orders the staging after every lane's ldmatrix of those
@@ -367,9 +422,7 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
     float inv_l[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        float l = l_run[h];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const float l = quad_sum(l_run[h]);
         inv_l[h] = l > 0.f ? 1.f / l : 0.f;  // l >= 1 on every real row: its max contributes exp2(0)
     }
 #pragma unroll
@@ -405,8 +458,11 @@ template <int D, int BLOCK_N, int KV_SPLIT, bool SWIZZLE, bool DOUBLE_BUF, bool 
 __device__ __forceinline__ void run_07(const __half* q, const __half* k, const __half* v, __half* o, int L,
                                        float scale, int causal) {
     if constexpr (split_fits<BLOCK_N, KV_SPLIT>())
-        attn_fwd_07<D, BLOCK_N, KV_SPLIT, SWIZZLE, DOUBLE_BUF, ONE_BARRIER>(q, k, v, o, L, scale, causal);
+        attn_fwd_07<D, BLOCK_N, KV_SPLIT, SWIZZLE, DOUBLE_BUF, ONE_BARRIER, false>(q, k, v, o, nullptr, nullptr, L,
+                                                                                  scale, causal);
 }
+
+constexpr int COMBINE_THREADS = 128;  // attn_combine_07's block (the registry mirrors it)
 }  // namespace
 
 // One extern "C" entry per head dim and variant (template arguments: D, BLOCK_N, KV_SPLIT,
@@ -430,3 +486,46 @@ ATTN07_ENTRY(attn_fwd_07_mma_noswizzle_d64, 64, BLOCK_N_D64, 1, false, true, tru
 ATTN07_ENTRY(attn_fwd_07_mma_noswizzle_d128, 128, BLOCK_N_D128, 1, false, true, true)
 ATTN07_ENTRY(attn_fwd_07_mma_single_buffer_d64, 64, BLOCK_N_D64, 1, true, false, false)
 ATTN07_ENTRY(attn_fwd_07_mma_single_buffer_d128, 128, BLOCK_N_D128, 1, true, false, false)
+
+// FlashAttention-2's split across CTAs (07_mma_split_ctas): the partial kernel (grid z = splits),
+// then the combine.
+#define ATTN07_PARTIAL_ENTRY(NAME, D, BLOCK_N)                                                                 \
+    extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS_PER_SM)                                     \
+    NAME(const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,             \
+         float* __restrict__ o_part, float* __restrict__ ml, int L, int D_, float scale, int causal) {         \
+        attn_fwd_07<D, BLOCK_N, 1, true, true, true, true>(q, k, v, nullptr, o_part, ml, L, scale, causal);    \
+    }
+
+ATTN07_PARTIAL_ENTRY(attn_fwd_07_mma_partial_d64, 64, BLOCK_N_D64)
+ATTN07_PARTIAL_ENTRY(attn_fwd_07_mma_partial_d128, 128, BLOCK_N_D128)
+
+// O of each of `rows` = B*H*L rows from its `splits` partials: the merge of the CTA split above,
+// through global memory. One thread per 4 columns of a row (float4 reads; consecutive threads,
+// consecutive columns). A split whose m is -inf saw no key of the row and is skipped (its O was
+// never written); l = 0 for every split cannot happen for a row < L, and would give O = 0.
+extern "C" __global__ void __launch_bounds__(COMBINE_THREADS)
+attn_combine_07(const float* __restrict__ o_part, const float* __restrict__ ml, __half* __restrict__ o,
+                int rows, int D, int splits, float scale) {
+    const int chunks = D / 4;
+    const long long idx = static_cast<long long>(blockIdx.x) * COMBINE_THREADS + threadIdx.x;
+    if (idx >= static_cast<long long>(rows) * chunks) return;
+    const long long row = idx / chunks;
+    const int col = static_cast<int>(idx % chunks) * 4;
+    const float scale_log2 = fmaxf(fabsf(scale) * LOG2E, SMALLEST_NORMAL);  // as in the partial kernel
+    float m = ATTN_NEG_INF;
+    for (int s = 0; s < splits; ++s) m = fmaxf(m, ml[(s * static_cast<long long>(rows) + row) * 2]);
+    const float m_use = (m == ATTN_NEG_INF) ? 0.f : m;
+    float l = 0.f, acc[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int s = 0; s < splits; ++s) {
+        const long long r = s * static_cast<long long>(rows) + row;
+        const float m_s = ml[r * 2];
+        if (m_s == ATTN_NEG_INF) continue;
+        const float w = attn::exp2_approx((m_s - m_use) * scale_log2);
+        l += ml[r * 2 + 1] * w;
+        const float4 p = *reinterpret_cast<const float4*>(o_part + r * D + col);
+        acc[0] += p.x * w; acc[1] += p.y * w; acc[2] += p.z * w; acc[3] += p.w * w;
+    }
+    const float inv_l = l > 0.f ? 1.f / l : 0.f;
+    *reinterpret_cast<uint2*>(o + row * D + col) =
+        make_uint2(pack_half2(acc[0] * inv_l, acc[1] * inv_l), pack_half2(acc[2] * inv_l, acc[3] * inv_l));
+}

@@ -45,6 +45,10 @@ def _entries() -> dict[str, tuple[int, int, bool, bool, bool]]:
 
 
 ENTRIES = _entries()
+# FlashAttention-2's route (07_mma_split_ctas): partial entry -> D, and the combine kernel.
+PARTIALS = {name: int(d) for name, d in re.findall(r"^ATTN07_PARTIAL_ENTRY\((attn_fwd_07_mma_partial_d(\d+)), \2, "
+                                                    r"BLOCK_N_D\2\)$", SRC, re.M)}
+COMBINE = "attn_combine_07"
 
 
 def _smem(D: int, double_buf: bool, split: int = 1) -> int:
@@ -100,7 +104,7 @@ def test_registry_mirrors_the_kernel_constants(kid):
 
 def test_resources_no_spill_smem_and_two_ctas_per_sm(build):
     arch, resources, _ = build
-    assert set(resources) == set(ENTRIES)
+    assert set(resources) == set(ENTRIES) | set(PARTIALS) | {COMBINE}
     for name, (D, split, _, db, _) in ENTRIES.items():
         f = resources[name]
         assert not f.spills and f.stack_bytes == 0, f"{name} on {arch}: {f}"
@@ -165,3 +169,29 @@ def test_ablations_differ_only_as_intended(build):
         waits = lambda lines: sorted(l for l in lines if l.startswith("DEPBAR"))  # noqa: E731
         assert waits(main) == waits(plain) == waits(single) == ["DEPBAR.LE SB0, 0x0"]
         assert waits(two) == ["DEPBAR.LE SB0, 0x1"]
+
+
+def test_fa2_route_is_the_kernel_with_another_epilogue_and_a_combine(build):
+    """The partial kernel's loop is the unsplit kernel's, instruction for instruction; only the
+    epilogue differs (fp32 O by 8-byte stores, m and l, instead of fp16 O by 16-byte stores). The
+    combine reads each split's O 16 bytes at a time and writes 8 bytes of O per thread."""
+    arch, resources, sass = build
+    assert sorted(PARTIALS.values()) == [64, 128]
+    spec = registry.get("07_mma_split_ctas")
+    assert {spec.entries_by_split[2][D] for D in (64, 128)} == set(PARTIALS) and spec.helper_entries == (COMBINE,)
+    loop = ("HMMA.16816.F32", "LDSM.16.M88.4", "LDSM.16.MT88.4", "LDGSTS.E.BYPASS.128", "SHFL.BFLY", "MUFU.EX2",
+            "BAR.SYNC.DEFER_BLOCKING")
+    for name, D in PARTIALS.items():
+        ops, fused = _opcodes(sass[name]), _opcodes(sass[f"attn_fwd_07_mma_d{D}"])
+        assert {op: ops[op] for op in loop} == {op: fused[op] for op in loop}, f"{name} on {arch}"
+        assert ops["STG.E.64"] == 2 * (D // 8) and ops["STG.E.128"] == 0
+        assert not any(op.split(".")[0] in ("LDG", "LDL", "STL") for op in ops), f"{name}: {ops}"
+        f = resources[name]
+        assert not f.spills and f.stack_bytes == 0 and f.static_smem == 0
+        assert MIN_CTAS * THREADS * (-(-f.registers // 8) * 8) <= MAX_REGS_PER_SM, f"{name}: {f.registers} regs"
+        assert spec.dynamic_smem(Shape(1, 1, 512, D)) == _smem(D, True)
+    ops, f = _opcodes(sass[COMBINE]), resources[COMBINE]
+    assert ops["LDG.E.128.CONSTANT"] >= 1 and ops["STG.E.64"] == 1 and not f.spills and f.static_smem == 0
+    combine_threads = int(re.search(r"constexpr int COMBINE_THREADS = (\d+);", SRC).group(1))
+    assert registry.COMBINE_THREADS == combine_threads
+

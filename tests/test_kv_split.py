@@ -61,3 +61,69 @@ def test_a_split_the_head_dim_cannot_take_is_never_chosen(monkeypatch):
     assert SPEC.kv_split(Shape(1, 1, 512, 64)) == 4
     assert SPEC.kv_split(Shape(1, 1, 512, 128)) == 2   # 32-key tiles: a split of 4 leaves 8-key slices
     assert not registry.get("07_mma_split4").supports_head_dim(128)
+
+
+# FlashAttention-2's route, the ablation 07_mma_split_ctas: the split across CTAs, then a combine.
+CTAS = registry.get("07_mma_split_ctas")
+
+
+def test_fa2s_route_splits_the_mission_shape_across_ctas_on_an_h100(monkeypatch):
+    on_gpu(monkeypatch, "NVIDIA H100 80GB HBM3", 132)
+    cfg = CTAS.launch_config(MISSION)
+    assert cfg == {"grid": (8, 8, 2), "block": (128, 1, 1), "dynamic_smem": 40960,
+                   "entry": "attn_fwd_07_mma_partial_d64", "kv_split": 2}
+    assert CTAS.launch_config(MISSION._replace(D=128))["entry"] == "attn_fwd_07_mma_partial_d128"
+    # one head of 4096 keys: 64 query tiles; FA2 weighs up to 64 runs and takes 2 (128 CTAs)
+    assert CTAS.kv_split(Shape(1, 1, 4096, 64)) == 2
+    # on 1000 SMs: 13 runs (832 CTAs); 15 would give each CTA as many tiles as 14 does, 5, so FA2
+    # never weighs it, and 16 spills into a second wave
+    assert CTAS.kv_split(Shape(1, 1, 4096, 64), sms=1000) == 13
+    for shape in (Shape(4, 16, 4096, 64), Shape(2, 16, 4096, 128)):
+        assert CTAS.launch_config(shape)["kv_split"] == 1
+
+
+def test_fa2s_route_at_split_1_is_the_unsplit_kernel(monkeypatch):
+    monkeypatch.setattr(attnlab.env, "has_gpu", lambda: False)  # the L4's 58 SMs: 64 CTAs fill them
+    cfg = CTAS.launch_config(MISSION)
+    assert cfg == registry.get("07_mma_nosplit").launch_config(MISSION)
+    assert CTAS.entries_at_head_dim(64) == ["attn_fwd_07_mma_d64", "attn_fwd_07_mma_partial_d64"]
+    assert CTAS.helper_entries == ("attn_combine_07",)
+
+
+@pytest.mark.parametrize("sms,launches", [(132, 2), (58, 1)])
+def test_the_runner_launches_the_partials_then_the_combine(monkeypatch, sms, launches):
+    """The GPU runner's sequence, with the launches recorded instead of made."""
+    import attnlab.compile
+    from attnlab import split_ctas
+
+    on_gpu(monkeypatch, "a GPU", sms)
+    made = []
+    monkeypatch.setattr(attnlab.compile, "load_function", lambda spec, entry, device: entry)
+    monkeypatch.setattr(split_ctas, "run_on_torch_stream", lambda fn, cfg, args, device: made.append((fn, cfg, args)))
+    q, k, v, out = (torch.zeros(MISSION, dtype=torch.float16) for _ in range(4))
+    split_ctas.run_split_ctas(CTAS, MISSION, q, k, v, out, True, 0.125)
+    assert len(made) == launches
+    fn, cfg, args = made[0]
+    assert fn == cfg["entry"] == CTAS.launch_config(MISSION)["entry"] and cfg["grid"][2] == launches
+    if launches == 1:
+        assert args[3] == out.data_ptr()  # straight into out
+        return
+    assert args[3] != out.data_ptr() and [int(a) for a in args[5:]] == [512, 64, 0, 1]
+    fn, cfg, args = made[1]
+    assert fn == "attn_combine_07" and cfg == split_ctas.combine_config(MISSION)
+    assert cfg["grid"][0] * cfg["block"][0] == 8 * 512 * 64 // 4  # a thread per 4 columns of a row
+    assert args[2] == out.data_ptr() and [int(a) for a in args[3:6]] == [8 * 512, 64, 2]
+    assert split_ctas.scratch_bytes(MISSION, 2) == 4 * 2 * 8 * 512 * 66
+
+
+@pytest.mark.parametrize("kernel_id", ["07_mma", "07_mma_split_ctas", "07_mma_nosplit"])
+def test_a_launch_asks_for_the_sm_count_once(monkeypatch, kernel_id):
+    """launch_config is on every launch's path: the split is taken once, and grid, shared memory and
+    entry follow from it (they agree with the spec's own functions)."""
+    asked = []
+    monkeypatch.setattr(gpus, "sm_count", lambda: asked.append(1) or (132, "an H100's"))
+    spec = registry.get(kernel_id)
+    cfg = spec.launch_config(MISSION)
+    assert len(asked) == (0 if kernel_id == "07_mma_nosplit" else 1)
+    assert cfg["grid"] == spec.grid(MISSION) and cfg["dynamic_smem"] == spec.dynamic_smem(MISSION)
+    assert cfg["entry"] == spec.entry_at(MISSION) and cfg["kv_split"] == (1 if kernel_id == "07_mma_nosplit" else 2)

@@ -83,6 +83,7 @@ def test_ncu_command_profiles_only_the_kernels_entry():
     assert profile.entry_names("07_mma", MISSION._replace(D=128)) == ["attn_fwd_07_mma_d128", "attn_fwd_07_mma_split2_d128"]
     assert profile.entry_names("07_mma_nosplit") == ["attn_fwd_07_mma_d64"]
     assert profile.entry_names("04_cublas_hybrid") == ["attn_softmax_04_rows"]
+    assert profile.entry_names("07_mma_split_ctas") == ["attn_fwd_07_mma_d64", "attn_fwd_07_mma_partial_d64", "attn_combine_07"]
 
 
 @pytest.fixture

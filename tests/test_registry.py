@@ -20,10 +20,12 @@ def test_ids_are_unique_and_prefixed_by_chapter():
 def test_source_exists_and_defines_entry(spec):
     text = spec.path.read_text()
     # a plain definition, or chapter 7's ATTN07_ENTRY(name, ...), a macro that writes one
-    for entry in {e for D in (spec.head_dims or {64}) if spec.supports_head_dim(D) for e in spec.entries_at_head_dim(D)}:
+    # (or ATTN07_PARTIAL_ENTRY); and the runner's helper entries
+    entries = {e for D in (spec.head_dims or {64}) if spec.supports_head_dim(D) for e in spec.entries_at_head_dim(D)}
+    for entry in entries | set(spec.helper_entries):
+        macro = re.search(rf"^(ATTN07_\w*ENTRY)\({re.escape(entry)}, ", text, re.M)
         assert re.search(rf'extern "C"[^;{{]*\b{re.escape(entry)}\s*\(', text) or \
-            (re.search(r'#define ATTN07_ENTRY\(NAME, [^)]*\)\s*\\\s*extern "C" __global__', text)
-             and re.search(rf"^ATTN07_ENTRY\({re.escape(entry)}, ", text, re.M)), \
+            (macro and re.search(rf'#define {macro.group(1)}\(NAME, [^)]*\)\s*\\\s*extern "C" __global__', text)), \
             f"{entry} is not an extern \"C\" function of {spec.source}"
     for header in spec.extra_sources:
         assert (spec.path.parent / header).exists()

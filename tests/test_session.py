@@ -9,7 +9,6 @@ import subprocess
 import sys
 import tarfile
 import time
-from pathlib import Path
 
 import pytest
 
@@ -36,7 +35,7 @@ def test_riskiest_kernels_first_variants_last():
     assert order[:3] == ["07_mma", "06_warp_specialized", "05_wmma"]
     variants = [s.id for s in registry.select(None) if s.variant_of]
     assert set(variants) == {"07_mma_split2", "07_mma_split4", "07_mma_nosplit", "07_mma_two_barriers",
-                             "07_mma_noswizzle", "07_mma_single_buffer"} | {
+                             "07_mma_noswizzle", "07_mma_single_buffer", "07_mma_split_ctas"} | {
         k for k in registry.KERNELS if k.startswith("06_ws_")}
     assert order[-len(variants):] == [k for k in order if k in variants]
 
@@ -69,6 +68,11 @@ def test_bench_times_only_probed_kernels_at_chapter_7s_own_target_shapes():
     argv = next(s.argv for s in timed if s.name == "bench-ch07-targets")
     given = {Shape(*map(int, argv[i + 1:i + 5])) for i, a in enumerate(argv) if a == "--shape"}
     assert given == set(CH07_TARGET_SHAPES)
+    # and the kernels the page times there (IDS + SPLITS + EARLIER), so the stage's record covers it
+    cell = next("".join(c["source"]) for c in nb["cells"] if "IDS = [" in "".join(c["source"]))
+    page_ids = set(re.findall(r'"(0\d_\w+)"', cell.split("spec = get(")[0]))
+    assert page_ids == set(session.CH07_TARGET_KERNELS) == {a for a in argv if re.fullmatch(r"0\d_\w+", a)}
+    assert {s.id for s in registry.select(None) if s.chapter == 7} <= page_ids
 
 
 def test_book_and_extras_execute_every_page_once_reusing_records():

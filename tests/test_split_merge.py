@@ -1,5 +1,6 @@
 """The NumPy model of chapter 7's key split (attnlab.split_merge) against the fp64 reference, at
-every split the kernel builds and beyond, causal and not."""
+every split the kernel builds and beyond, causal and not, by both routes: warp groups inside a
+CTA, and FlashAttention-2's runs of tiles across CTAs."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +9,8 @@ import pytest
 from attnlab.check import make_inputs
 from attnlab.reference import reference_attention
 from attnlab.shapes import Shape
-from attnlab.split_merge import group_keys, merge, partial_state, split_attention
+from attnlab.registry import cta_split_candidates
+from attnlab.split_merge import cta_keys, group_keys, merge, partial_state, split_attention
 
 
 def _head(L, D, seed=0):
@@ -18,13 +20,34 @@ def _head(L, D, seed=0):
     return q[0, 0].double().numpy(), k[0, 0].double().numpy(), v[0, 0].double().numpy(), ref, ref_causal
 
 
-@pytest.mark.parametrize("splits", [1, 2, 4, 8])
+# Warp groups split a 64-key tile 1, 2, 4 or 8 ways; runs of tiles split any number of ways.
+ROUTES = [("warps", s) for s in (1, 2, 4, 8)] + [("ctas", s) for s in (1, 2, 3, 4, 8)]
+
+
+@pytest.mark.parametrize("route,splits", ROUTES)
 @pytest.mark.parametrize("L", [1, 17, 64, 129, 333])
 @pytest.mark.parametrize("causal", [False, True])
-def test_every_split_merges_to_the_reference(splits, L, causal):
+def test_every_split_merges_to_the_reference(route, splits, L, causal):
     q, k, v, ref, ref_causal = _head(L, 64)
-    out = split_attention(q, k, v, splits, block_n=64, causal=causal)
+    out = split_attention(q, k, v, splits, block_n=64, causal=causal, route=route)
     assert np.abs(out - (ref_causal if causal else ref)).max() < 1e-12
+
+
+def test_the_ctas_take_runs_of_whole_tiles_that_cover_every_key_once():
+    for L in (1, 63, 64, 129, 200, 640):
+        for splits in range(1, 9):
+            runs = [cta_keys(L, splits, 64, z) for z in range(splits)]
+            assert np.concatenate(runs).tolist() == list(range(L))
+            assert all(len(r) == 0 or r[0] % 64 == 0 for r in runs)
+    assert cta_keys(129, 2, 64, 0).tolist() == list(range(128)) and cta_keys(129, 2, 64, 1).tolist() == [128]
+    # FA2's candidates leave no CTA without keys: a split that would is never weighed
+    assert cta_split_candidates(5, 132) == (1, 2, 3, 5)
+    for tiles in range(1, 40):
+        for splits in cta_split_candidates(tiles, 132):
+            assert all(len(cta_keys(64 * tiles, splits, 64, z)) for z in range(splits)), (tiles, splits)
+    # at most one CTA per SM and per key tile, and at most FA2's 128
+    assert max(cta_split_candidates(200, 58)) <= 58 and cta_split_candidates(3, 132) == (1, 2, 3)
+    assert max(cta_split_candidates(10_000, 1000)) <= 128
 
 
 def test_the_groups_take_disjoint_slices_that_cover_every_key():

@@ -55,10 +55,10 @@ class CpuCase:
 
 
 def _entries(spec: KernelSpec) -> list[str]:
-    """Every entry of the kernel: one per head dim and key split."""
+    """Every entry of the kernel: one per head dim and key split, and the runner's helpers."""
     if not spec.entries_by_head_dim:
-        return [spec.entry]
-    return sorted({e for D in spec.entries_by_head_dim for e in spec.entries_at_head_dim(D)})
+        return [spec.entry, *spec.helper_entries]
+    return sorted({e for D in spec.entries_by_head_dim for e in spec.entries_at_head_dim(D)} | set(spec.helper_entries))
 
 
 def library_for(spec: KernelSpec, src_dir=None):
@@ -114,8 +114,9 @@ def attention_cpu(kernel_id: str | KernelSpec, q, k, v, causal: bool = False, sc
     out = torch.full_like(q, float("nan"))
     options = dict(seed=seed, races=races, banks=banks, time_limit=time_limit)
     with _Buffers(lib) as buf:
-        if spec.runner is not None:  # chapter 4: GEMM, this kernel, GEMM
-            return _hybrid_cpu(spec, shape, lib, buf, q, k, v, causal, scale, out, options)
+        if spec.runner is not None:  # the kernel is one step of a larger computation
+            run = _CPU_RUNNERS[spec.runner]
+            return run(spec, shape, lib, buf, q, k, v, causal, scale, out, options)
         ptrs = [buf.put(t) for t in (q, k, v)] + [buf.put(nbytes=out.numel() * 2, fill=0xFF)]
         cfg = spec.launch_config(shape)
         report = lib.launch(cfg["entry"], cfg["grid"], cfg["block"], cfg["dynamic_smem"],
@@ -138,6 +139,38 @@ def _hybrid_cpu(spec, shape, lib, buf, q, k, v, causal, scale, out, options):
     buf.get(s_ptr, p)
     out.copy_((p.float() @ v.float()).half())
     return out, report
+
+
+def _split_ctas_cpu(spec, shape, lib, buf, q, k, v, causal, scale, out, options):
+    """Chapter 7's split across CTAs on the CPU: the partial kernel over every split, then the
+    combine, both on the executor (its findings and bank counts merged), the scratch filled with
+    NaN so that a partial the combine reads unwritten shows."""
+    from . import split_ctas
+
+    cfg = spec.launch_config(shape)
+    splits = cfg["kv_split"]
+    q_ptr, k_ptr, v_ptr = (buf.put(t) for t in (q, k, v))
+    o_ptr = buf.put(nbytes=out.numel() * 2, fill=0xFF)
+    if splits == 1:
+        report = lib.launch(cfg["entry"], cfg["grid"], cfg["block"], cfg["dynamic_smem"],
+                            [q_ptr, k_ptr, v_ptr, o_ptr, shape.L, shape.D, scale, int(bool(causal))], **options)
+    else:
+        o_shape, ml_shape = split_ctas.scratch_shapes(shape, splits)
+        o_part = buf.put(nbytes=4 * math.prod(o_shape), fill=0xFF)
+        ml = buf.put(nbytes=4 * math.prod(ml_shape), fill=0xFF)
+        first = lib.launch(cfg["entry"], cfg["grid"], cfg["block"], cfg["dynamic_smem"],
+                           list(split_ctas.partial_args(shape, q_ptr, k_ptr, v_ptr, o_part, ml, causal, scale)), **options)
+        combine = split_ctas.combine_config(shape)
+        second = lib.launch(combine["entry"], combine["grid"], combine["block"], combine["dynamic_smem"],
+                            list(split_ctas.combine_args(shape, o_part, ml, o_ptr, splits, scale)), **options)
+        report = first.merged(second)
+    buf.get(o_ptr, out)
+    return out, report
+
+
+# spec.runner -> its CPU counterpart (the GPU runner's launches on the executor).
+_CPU_RUNNERS = {"attnlab.hybrid:run_cublas_hybrid": _hybrid_cpu,
+                "attnlab.split_ctas:run_split_ctas": _split_ctas_cpu}
 
 
 def bank_claims_broken(spec: KernelSpec, report) -> list[str]:

@@ -75,9 +75,10 @@ def ncu_path() -> str | None:
 
 def entry_names(kernel_id: str, shape: Shape = MISSION) -> list[str]:
     """The extern "C" functions a kernel may launch at this shape (the ones ncu should profile):
-    one per key split for chapter 7, since the split follows the GPU the child runs on."""
+    one per key split for chapter 7, since the split follows the GPU the child runs on, and the
+    kernels its runner launches after it (FlashAttention-2's combine)."""
     spec = registry.get(kernel_id)
-    return spec.entries_at_head_dim(shape.D)
+    return spec.entries_at_head_dim(shape.D) + list(spec.helper_entries)
 
 
 def ncu_command(kernel_id: str, metrics=DEFAULT_METRICS, shape: Shape = MISSION, ncu: str = "ncu",

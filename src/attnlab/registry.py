@@ -43,8 +43,9 @@ class Knob:
 class Tuning:
     """The knobs of a kernel and what follows from them.
 
-    geometry(config) -> {"block": f, "grid": f, "dynamic_smem": f[, "kv_split": f]}, each f a function
-    of the Shape: the one description of the launch for every configuration, the chapter's included.
+    geometry(config) -> {"block": f, "grid": f, "dynamic_smem": f[, "kv_split": f, "at_split": g]}, each f
+    a function of the Shape (g of the Shape and a split): the one description of the launch for every
+    configuration, the chapter's included.
     rules(config, D) -> the reasons the kernel's static_asserts would refuse the configuration at
     head dim D (shared memory is checked separately, from the geometry)."""
     knobs: tuple[Knob, ...]
@@ -84,6 +85,9 @@ class KernelSpec:
     # "module:function" that runs the whole computation around this kernel, for kernels that are
     # one step of it (the chapter 4 hybrid); None: the fused (q, k, v, o, L, D, scale, causal) launch.
     runner: str | None = None
+    # Entries the runner launches besides the one launch_config names (FlashAttention-2's combine
+    # kernel): built, inspected and profiled with the others, never launched on their own.
+    helper_entries: tuple[str, ...] = ()
     # Kernels compiled once per head dim: D -> extern "C" entry (then `entry` is one of them);
     # None: `entry` serves every supported D.
     entries_by_head_dim: dict[int, str] | None = field(default=None, hash=False)
@@ -103,6 +107,9 @@ class KernelSpec:
     # kv_split(shape, sms=None): sms names another GPU's SM count than the one at hand's.
     kv_split: Callable[..., int] = field(default=lambda s, sms=None: 1, hash=False, compare=False)
     entries_by_split: dict[int, dict[int, str]] | None = field(default=None, hash=False)
+    # For those kernels, (shape, split) -> {"grid", "dynamic_smem"} at a given split: launch_config
+    # takes the split once and derives the rest from it (one SM-count query per launch, not four).
+    at_split: Callable[[Shape, int], dict] | None = field(default=None, hash=False, compare=False)
 
     @property
     def path(self):
@@ -164,18 +171,18 @@ class KernelSpec:
         """The extern "C" entry point that runs head dim D (without a key split)."""
         return self.entries_by_head_dim[D] if self.entries_by_head_dim is not None else self.entry
 
-    def entry_at(self, shape: Shape) -> str:
+    def entry_at(self, shape: Shape, split: int | None = None) -> str:
         """The entry the launcher runs at `shape`: entry_for(D), or the entry of the key split it
-        takes there on the GPU at hand."""
-        split = self.kv_split(shape)
+        takes there on the GPU at hand (or of `split`)."""
+        split = self.kv_split(shape) if split is None else split
         if self.entries_by_split is not None and split != 1:
             return self.entries_by_split[split][shape.D]
         return self.entry_for(shape.D)
 
     def entries_at_head_dim(self, D: int) -> list[str]:
-        """Every entry that may run head dim D, one per key split."""
+        """Every entry that may run head dim D, one per key split (several splits may share one)."""
         extra = [by_d[D] for by_d in (self.entries_by_split or {}).values() if D in by_d]
-        return [self.entry_for(D)] + extra
+        return list(dict.fromkeys([self.entry_for(D)] + extra))
 
     def supports_head_dim(self, D: int) -> bool:
         if self.head_dims is not None:
@@ -194,9 +201,11 @@ class KernelSpec:
     def launch_config(self, shape: Shape) -> dict:
         """What the launcher runs at `shape`: grid, block, dynamic shared memory, the entry and the
         key split (1 for kernels without one). Bench records keep it with each time."""
-        return {"grid": self.grid(shape), "block": self.block(shape),
-                "dynamic_smem": self.dynamic_smem(shape), "entry": self.entry_at(shape),
-                "kv_split": self.kv_split(shape)}
+        split = self.kv_split(shape)
+        at = (self.at_split(shape, split) if self.at_split is not None
+              else {"grid": self.grid(shape), "dynamic_smem": self.dynamic_smem(shape)})
+        return {"grid": at["grid"], "block": self.block(shape), "dynamic_smem": at["dynamic_smem"],
+                "entry": self.entry_at(shape, split), "kv_split": split}
 
 
 # Launch constants mirrored from the .cu files (tests/test_registry.py and
@@ -425,6 +434,19 @@ def choose_kv_split(ctas_at, splits, sms: int) -> int:
     return min(s for s in splits if efficiency[s] >= SPLIT_EFFICIENCY * best)
 
 
+# FlashAttention-2's split across CTAs (the ablation 07_mma_split_ctas) takes its split from the
+# same rule, over FA2's candidates: 1 .. min(128, SMs, key tiles), skipping a split that gives each
+# CTA as many key tiles as one split fewer does (FA2's is_split_eligible).
+SPLIT_CTAS_MAX = 128
+COMBINE_THREADS = 128  # COMBINE_THREADS in kernels/07_mma_swizzle.cu: attn_combine_07's block
+
+
+def cta_split_candidates(n_tiles: int, sms: int) -> tuple[int, ...]:
+    """The splits across CTAs FlashAttention-2 weighs for `n_tiles` key tiles on `sms` SMs."""
+    top = max(1, min(SPLIT_CTAS_MAX, sms, n_tiles))
+    return tuple(s for s in range(1, top + 1) if s == 1 or _cdiv(n_tiles, s) != _cdiv(n_tiles, s - 1))
+
+
 def _mma07_splits(config: dict, D: int) -> tuple[int, ...]:
     """The key splits a build of `config` can run at head dim D: those with an entry whose
     split_fits() holds (whole warps per group, whole 16-key MMA steps per slice)."""
@@ -463,10 +485,37 @@ def _mma07_geometry(config: dict, stages: int = 2, split=None) -> dict:
             sms = sm_count()[0]
         return choose_kv_split(lambda k: ctas(s, k), _mma07_splits(config, s.D), sms)
 
+    def at_split(s: Shape, k: int) -> dict:
+        return {"grid": (_cdiv(s.L, 16 * warps // k), s.B * s.H, 1),
+                "dynamic_smem": _mma07_smem(s.D, stages, 16 * warps // k, bn, warps)}
+
     return {"block": lambda s: (warps * 32, 1, 1),
-            "grid": lambda s: (_cdiv(s.L, 16 * warps // kv_split(s)), s.B * s.H, 1),
-            "dynamic_smem": lambda s: _mma07_smem(s.D, stages, 16 * warps // kv_split(s), bn, warps),
-            "kv_split": kv_split}
+            "grid": lambda s: at_split(s, kv_split(s))["grid"],
+            "dynamic_smem": lambda s: at_split(s, kv_split(s))["dynamic_smem"],
+            "kv_split": kv_split, "at_split": at_split}
+
+
+def _mma07_cta_split_geometry(config: dict) -> dict:
+    """FlashAttention-2's route (07_mma_split_ctas): the unsplit CTA of `config`, and grid z = the
+    split across CTAs the launcher takes for the shape on the GPU at hand."""
+    warps = config["ATTN07_WARPS"]
+    bn = {64: config["ATTN07_BLOCK_N_D64"], 128: config["ATTN07_BLOCK_N_D128"]}
+
+    def kv_split(s: Shape, sms: int | None = None) -> int:
+        if sms is None:
+            from .gpus import sm_count
+            sms = sm_count()[0]
+        ctas = _cdiv(s.L, 16 * warps) * s.B * s.H
+        n_tiles = _cdiv(s.L, bn[s.D])
+        return choose_kv_split(lambda k: ctas * k, cta_split_candidates(n_tiles, sms), sms)
+
+    def at_split(s: Shape, k: int) -> dict:
+        return {"grid": (_cdiv(s.L, 16 * warps), s.B * s.H, k), "dynamic_smem": _mma07_smem(s.D, 2, 16 * warps, bn, warps)}
+
+    return {"block": lambda s: (warps * 32, 1, 1),
+            "grid": lambda s: at_split(s, kv_split(s))["grid"],
+            "dynamic_smem": lambda s: at_split(s, 1)["dynamic_smem"],
+            "kv_split": kv_split, "at_split": at_split}
 
 
 def _mma07_rules(config: dict, D: int) -> list[str]:
@@ -539,6 +588,26 @@ for _kid, _suffix, _stages, _title, _summary in (
         conflict_free=() if _kid == "07_mma_noswizzle" else ("ldmatrix", "cp.async", "ld/st"),
         variant_of="07_mma",
     ))
+
+
+# FlashAttention-2's route to a full GPU, for comparison: the keys split across CTAs (grid z), fp32
+# partials in global memory, and a second kernel that combines them (attnlab.split_ctas). Split 1
+# runs the unsplit kernel alone, as FA2 does.
+register(KernelSpec(
+    id="07_mma_split_ctas",
+    title="Swizzle + double buffer (ablation: split across CTAs)",
+    entry="attn_fwd_07_mma_d64",
+    entries_by_head_dim={D: f"attn_fwd_07_mma_d{D}" for D in (64, 128)},
+    entries_by_split={s: {D: f"attn_fwd_07_mma_partial_d{D}" for D in (64, 128)} for s in range(2, SPLIT_CTAS_MAX + 1)},
+    helper_entries=("attn_combine_07",),
+    **_mma07_cta_split_geometry(_MMA07_TUNING.defaults),
+    **{**_MMA07_COMMON, "extra_sources": _MMA07_COMMON["extra_sources"] + ("../src/attnlab/split_ctas.py",)},
+    runner="attnlab.split_ctas:run_split_ctas",
+    summary="ablation of 07_mma: FlashAttention-2's split, the keys cut across CTAs (grid z), fp32 partials "
+            "in global memory merged by a second kernel",
+    conflict_free=("ldmatrix", "cp.async", "ld/st"),
+    variant_of="07_mma",
+))
 
 
 def get(kernel_id: str) -> KernelSpec:

@@ -11,7 +11,12 @@ which is the same algebra as one online-softmax step, so the merged answer is th
 to rounding. `split_attention` runs it in NumPy for one head; tests/test_split_merge.py holds it to
 the fp64 reference at every split.
 
+FlashAttention-2's route (the ablation 07_mma_split_ctas) cuts the keys differently, into runs of
+whole tiles, one per CTA (`cta_keys`), and merges through global memory in a second kernel; the
+merge is the same.
+
     out = split_attention(q, k, v, splits=2, block_n=64, causal=True)   # q, k, v: [L, D] arrays
+    out = split_attention(q, k, v, splits=3, block_n=64, route="ctas")
 """
 from __future__ import annotations
 
@@ -26,6 +31,13 @@ def group_keys(L: int, splits: int, block_n: int, group: int) -> np.ndarray:
     starts = np.arange(0, L, block_n) + group * sub
     keys = (starts[:, None] + np.arange(sub)).ravel()
     return keys[keys < L]
+
+
+def cta_keys(L: int, splits: int, block_n: int, split: int) -> np.ndarray:
+    """The key indices CTA `split` of FA2's split takes: the split-th run of ceil(tiles / splits)
+    whole block_n-key tiles, below L (empty when the runs end before it)."""
+    per = -(-(-(-L // block_n)) // splits)
+    return np.arange(split * per * block_n, min(L, (split + 1) * per * block_n))
 
 
 def partial_state(q, k, v, keys, scale: float, causal: bool, dtype=np.float64):
@@ -50,11 +62,14 @@ def merge(states):
 
 
 def split_attention(q, k, v, splits: int, block_n: int = 64, causal: bool = False, scale: float | None = None,
-                    dtype=np.float64):
-    """softmax(scale q k^T [+ causal mask]) v for one head, as `splits` key groups and their merge."""
+                    dtype=np.float64, route: str = "warps"):
+    """softmax(scale q k^T [+ causal mask]) v for one head, as `splits` partial states and their
+    merge: the warp groups' slices of every tile (route "warps", 07_mma) or the CTAs' runs of
+    tiles (route "ctas", 07_mma_split_ctas)."""
     L, D = np.shape(q)
     scale = 1.0 / np.sqrt(D) if scale is None else scale
-    states = [partial_state(q, k, v, group_keys(L, splits, block_n, g), scale, causal, dtype)
+    keys_of = {"warps": group_keys, "ctas": cta_keys}[route]
+    states = [partial_state(q, k, v, keys_of(L, splits, block_n, g), scale, causal, dtype)
               for g in range(splits)]
     _, l, o = merge(states)
     return o / l[:, None]

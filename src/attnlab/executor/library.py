@@ -69,6 +69,14 @@ class LaunchReport:
     def clean(self) -> bool:
         return self.completed and not self.findings
 
+    def merged(self, later: "LaunchReport") -> "LaunchReport":
+        """This launch and a later one of the same computation as one report: completed if both did,
+        both launches' findings, bank counts summed."""
+        banks = {kind: BankCounts(*(getattr(self.banks[kind], f) + getattr(later.banks[kind], f)
+                                    for f in ("requests", "wavefronts", "ideal")))
+                 for kind in self.banks.keys() & later.banks.keys()}
+        return LaunchReport(self.completed and later.completed, self.findings + later.findings, banks)
+
 
 class Library:
     """One built kernel library: its buffers and its launches (not thread-safe: one launch at a time)."""
