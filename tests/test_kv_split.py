@@ -94,12 +94,14 @@ def test_fa2s_route_at_split_1_is_the_unsplit_kernel(monkeypatch):
 def test_the_runner_launches_the_partials_then_the_combine(monkeypatch, sms, launches):
     """The GPU runner's sequence, with the launches recorded instead of made."""
     import attnlab.compile
-    from attnlab import split_ctas
+    from attnlab import launch, split_ctas
 
     on_gpu(monkeypatch, "a GPU", sms)
     made = []
     monkeypatch.setattr(attnlab.compile, "load_function", lambda spec, entry, device: entry)
-    monkeypatch.setattr(split_ctas, "run_on_torch_stream", lambda fn, cfg, args, device: made.append((fn, cfg, args)))
+    record = lambda fn, cfg, args, device: made.append((fn, cfg, args))  # noqa: E731
+    monkeypatch.setattr(split_ctas, "run_on_torch_stream", record)
+    monkeypatch.setattr(launch, "run_on_torch_stream", record)  # split 1: the fused launch
     q, k, v, out = (torch.zeros(MISSION, dtype=torch.float16) for _ in range(4))
     split_ctas.run_split_ctas(CTAS, MISSION, q, k, v, out, True, 0.125)
     assert len(made) == launches

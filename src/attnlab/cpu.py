@@ -114,14 +114,18 @@ def attention_cpu(kernel_id: str | KernelSpec, q, k, v, causal: bool = False, sc
     out = torch.full_like(q, float("nan"))
     options = dict(seed=seed, races=races, banks=banks, time_limit=time_limit)
     with _Buffers(lib) as buf:
-        if spec.runner is not None:  # the kernel is one step of a larger computation
-            run = _CPU_RUNNERS[spec.runner]
-            return run(spec, shape, lib, buf, q, k, v, causal, scale, out, options)
-        ptrs = [buf.put(t) for t in (q, k, v)] + [buf.put(nbytes=out.numel() * 2, fill=0xFF)]
-        cfg = spec.launch_config(shape)
-        report = lib.launch(cfg["entry"], cfg["grid"], cfg["block"], cfg["dynamic_smem"],
-                            ptrs + [shape.L, shape.D, scale, int(bool(causal))], **options)
-        buf.get(ptrs[3], out)
+        run = _CPU_RUNNERS[spec.runner] if spec.runner is not None else _fused_cpu
+        return run(spec, shape, lib, buf, q, k, v, causal, scale, out, options)
+
+
+def _fused_cpu(spec, shape, lib, buf, q, k, v, causal, scale, out, options, cfg=None):
+    """The fused (q, k, v, o, L, D, scale, causal) launch of `cfg` (by default the launcher's at
+    `shape`) on the executor, o filled with NaN so that a row the kernel never writes shows."""
+    cfg = cfg or spec.launch_config(shape)
+    ptrs = [buf.put(t) for t in (q, k, v)] + [buf.put(nbytes=out.numel() * 2, fill=0xFF)]
+    report = lib.launch(cfg["entry"], cfg["grid"], cfg["block"], cfg["dynamic_smem"],
+                        ptrs + [shape.L, shape.D, scale, int(bool(causal))], **options)
+    buf.get(ptrs[3], out)
     return out, report
 
 
@@ -149,23 +153,20 @@ def _split_ctas_cpu(spec, shape, lib, buf, q, k, v, causal, scale, out, options)
 
     cfg = spec.launch_config(shape)
     splits = cfg["kv_split"]
+    if splits == 1:  # the unsplit kernel, straight into out
+        return _fused_cpu(spec, shape, lib, buf, q, k, v, causal, scale, out, options, cfg)
     q_ptr, k_ptr, v_ptr = (buf.put(t) for t in (q, k, v))
     o_ptr = buf.put(nbytes=out.numel() * 2, fill=0xFF)
-    if splits == 1:
-        report = lib.launch(cfg["entry"], cfg["grid"], cfg["block"], cfg["dynamic_smem"],
-                            [q_ptr, k_ptr, v_ptr, o_ptr, shape.L, shape.D, scale, int(bool(causal))], **options)
-    else:
-        o_shape, ml_shape = split_ctas.scratch_shapes(shape, splits)
-        o_part = buf.put(nbytes=4 * math.prod(o_shape), fill=0xFF)
-        ml = buf.put(nbytes=4 * math.prod(ml_shape), fill=0xFF)
-        first = lib.launch(cfg["entry"], cfg["grid"], cfg["block"], cfg["dynamic_smem"],
-                           list(split_ctas.partial_args(shape, q_ptr, k_ptr, v_ptr, o_part, ml, causal, scale)), **options)
-        combine = split_ctas.combine_config(shape)
-        second = lib.launch(combine["entry"], combine["grid"], combine["block"], combine["dynamic_smem"],
-                            list(split_ctas.combine_args(shape, o_part, ml, o_ptr, splits, scale)), **options)
-        report = first.merged(second)
+    o_shape, ml_shape = split_ctas.scratch_shapes(shape, splits)
+    o_part = buf.put(nbytes=4 * math.prod(o_shape), fill=0xFF)
+    ml = buf.put(nbytes=4 * math.prod(ml_shape), fill=0xFF)
+    first = lib.launch(cfg["entry"], cfg["grid"], cfg["block"], cfg["dynamic_smem"],
+                       list(split_ctas.partial_args(shape, q_ptr, k_ptr, v_ptr, o_part, ml, causal, scale)), **options)
+    combine = split_ctas.combine_config(shape)
+    second = lib.launch(combine["entry"], combine["grid"], combine["block"], combine["dynamic_smem"],
+                        list(split_ctas.combine_args(shape, o_part, ml, o_ptr, splits, scale)), **options)
     buf.get(o_ptr, out)
-    return out, report
+    return out, first.merged(second)
 
 
 # spec.runner -> its CPU counterpart (the GPU runner's launches on the executor).

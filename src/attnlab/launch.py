@@ -121,12 +121,17 @@ def pointer(t) -> np.uint64:
 
 def launch(spec: KernelSpec, shape: Shape, q, k, v, out, causal: bool, scale: float) -> None:
     """Launch an already validated problem. Callers outside attnlab use `attention()`."""
-    from .compile import load_function
-
-    if spec.runner is not None:  # the kernel is one step of a larger computation (chapter 4)
+    if spec.runner is not None:  # the kernel is one step of a larger computation (chapters 4 and 7)
         module, _, function = spec.runner.partition(":")
         return getattr(importlib.import_module(module), function)(spec, shape, q, k, v, out, causal, scale)
-    cfg = spec.launch_config(shape)  # the entry, grid and shared memory of the split taken here
+    launch_fused(spec, shape, q, k, v, out, causal, scale, spec.launch_config(shape))
+
+
+def launch_fused(spec: KernelSpec, shape: Shape, q, k, v, out, causal: bool, scale: float, cfg: dict) -> None:
+    """The fused (q, k, v, o, L, D, scale, causal) launch of `cfg` (the entry, grid and shared
+    memory of the split taken here), straight into `out`."""
+    from .compile import load_function
+
     fn = load_function(spec, cfg["entry"], q.device)
     args = (pointer(q), pointer(k), pointer(v), pointer(out),
             np.int32(shape.L), np.int32(shape.D), np.float32(scale), np.int32(bool(causal)))

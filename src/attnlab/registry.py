@@ -447,6 +447,14 @@ def cta_split_candidates(n_tiles: int, sms: int) -> tuple[int, ...]:
     return tuple(s for s in range(1, top + 1) if s == 1 or _cdiv(n_tiles, s) != _cdiv(n_tiles, s - 1))
 
 
+def _sms(sms: int | None) -> int:
+    """`sms`, or the SM count of the GPU at hand (the L4's without one) when it is None."""
+    if sms is None:
+        from .gpus import sm_count
+        return sm_count()[0]
+    return sms
+
+
 def _mma07_splits(config: dict, D: int) -> tuple[int, ...]:
     """The key splits a build of `config` can run at head dim D: those with an entry whose
     split_fits() holds (whole warps per group, whole 16-key MMA steps per slice)."""
@@ -480,10 +488,7 @@ def _mma07_geometry(config: dict, stages: int = 2, split=None) -> dict:
     def kv_split(s: Shape, sms: int | None = None) -> int:
         if split is not None:
             return split
-        if sms is None:
-            from .gpus import sm_count
-            sms = sm_count()[0]
-        return choose_kv_split(lambda k: ctas(s, k), _mma07_splits(config, s.D), sms)
+        return choose_kv_split(lambda k: ctas(s, k), _mma07_splits(config, s.D), _sms(sms))
 
     def at_split(s: Shape, k: int) -> dict:
         return {"grid": (_cdiv(s.L, 16 * warps // k), s.B * s.H, 1),
@@ -502,12 +507,9 @@ def _mma07_cta_split_geometry(config: dict) -> dict:
     bn = {64: config["ATTN07_BLOCK_N_D64"], 128: config["ATTN07_BLOCK_N_D128"]}
 
     def kv_split(s: Shape, sms: int | None = None) -> int:
-        if sms is None:
-            from .gpus import sm_count
-            sms = sm_count()[0]
+        sms = _sms(sms)
         ctas = _cdiv(s.L, 16 * warps) * s.B * s.H
-        n_tiles = _cdiv(s.L, bn[s.D])
-        return choose_kv_split(lambda k: ctas * k, cta_split_candidates(n_tiles, sms), sms)
+        return choose_kv_split(lambda k: ctas * k, cta_split_candidates(_cdiv(s.L, bn[s.D]), sms), sms)
 
     def at_split(s: Shape, k: int) -> dict:
         return {"grid": (_cdiv(s.L, 16 * warps), s.B * s.H, k), "dynamic_smem": _mma07_smem(s.D, 2, 16 * warps, bn, warps)}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .launch import pointer, run_on_torch_stream
+from .launch import launch_fused, pointer, run_on_torch_stream
 from .registry import COMBINE_THREADS, KernelSpec
 from .shapes import Shape
 
@@ -38,7 +38,7 @@ def combine_config(shape: Shape) -> dict:
 
 
 def partial_args(shape: Shape, q, k, v, o_part, ml, causal: bool, scale: float) -> tuple:
-    """The partial kernel's arguments after its five pointers: L, D, scale, causal."""
+    """The partial kernel's arguments: its five pointers, then L, D, scale, causal."""
     return (q, k, v, o_part, ml, np.int32(shape.L), np.int32(shape.D), np.float32(scale), np.int32(bool(causal)))
 
 
@@ -55,12 +55,10 @@ def run_split_ctas(spec: KernelSpec, shape: Shape, q, k, v, out, causal: bool, s
     from .compile import load_function
 
     cfg = spec.launch_config(shape)
-    fn = load_function(spec, cfg["entry"], q.device)
     splits = cfg["kv_split"]
     if splits == 1:  # the unsplit kernel, straight into out
-        args = (pointer(q), pointer(k), pointer(v), pointer(out),
-                np.int32(shape.L), np.int32(shape.D), np.float32(scale), np.int32(bool(causal)))
-        return run_on_torch_stream(fn, cfg, args, q.device)
+        return launch_fused(spec, shape, q, k, v, out, causal, scale, cfg)
+    fn = load_function(spec, cfg["entry"], q.device)
     combine = load_function(spec, COMBINE_ENTRY, q.device)  # both loaded before any work is queued
     o_shape, ml_shape = scratch_shapes(shape, splits)
     o_part = torch.empty(o_shape, dtype=torch.float32, device=q.device)
