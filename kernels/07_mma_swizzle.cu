@@ -19,15 +19,20 @@
 //   WARPS = 4 warps per CTA, 16 query rows each. Grid (ceil(L / BLOCK_M), B*H); causal launches
 //   the longest query tiles first (blockIdx.x counts down) so the short ones fill the tail.
 //   D = 64:  BLOCK_N = 64.  Q 8 KB + 2 stages x (K 8 KB + V 8 KB)  = 40 KB: two CTAs per L4 SM.
-//   D = 128: BLOCK_N = 32.  Q 16 KB + 2 stages x (K 8 KB + V 8 KB) = 48 KB. 64-key tiles would
-//            need 80 KB: it fits the 99 KB limit, but only one 4-warp CTA would then run per L4
-//            SM (100 KB of shared memory each), with no second CTA to hide the softmax behind
-//            MMAs. 48 KB + 1 KB reserved per CTA lets two share an SM. FlashAttention-2 also
-//            narrows its key tile to 32 at hdim 128 on sm86/sm89, for the same two CTAs per SM.
+//   D = 128: BLOCK_N = 32 on the L4 (sm_89, and sm_86), 64 on sm_80 and sm_90. The key tile
+//            follows the shared memory of the GPU: two CTAs per SM is the design point (one
+//            CTA's softmax hides behind the other's MMAs), so the tile is the largest that lets
+//            two share an SM. 64-key tiles need Q 16 KB + 2 x (K 16 KB + V 16 KB) = 80 KB: two
+//            fit an A100's 164 KB or an H100's 228 KB per SM, not an L4's 100 KB, where
+//            Q 16 KB + 2 x (K 8 KB + V 8 KB) = 48 KB (+ 1 KB reserved each) lets two in.
+//            FlashAttention-2 also narrows its key tile to 32 at hdim 128 on sm86/sm89, and keeps
+//            64 on sm80 and sm90. The launcher passes the tile of the GPU at hand as
+//            -DATTN07_BLOCK_N_D128=64 (registry._mma07_arch_tiles); the constants below are the
+//            L4's, what this file compiles to on its own.
 //   (Q is BLOCK_M rows: the sizes above are KV_SPLIT = 1's; a split shrinks Q by the split.)
 //   Registers: about 150 (D = 64) and 190 (D = 128) per thread, within the 256 that two CTAs of
 //   128 threads may hold; MIN_CTAS_PER_SM tells ptxas so.
-//   Single-buffer ablation: 1 stage, 24 KB (D = 64) / 32 KB (D = 128).
+//   Single-buffer ablation: 1 stage, 24 KB (D = 64) / 32 KB (D = 128; 48 KB with 64-key tiles).
 //
 // Filling the GPU: the keys split inside the CTA (KV_SPLIT). At the mission shape (1, 8, 512, 64)
 // 64-row query tiles make 8 x 8 = 64 CTAs: enough for an L4's 58 SMs, half of an H100's 132.
@@ -83,10 +88,13 @@ constexpr int WARPS = 4;
 constexpr int THREADS = WARPS * 32;
 #ifdef ATTN07_BLOCK_N_D64
 constexpr int BLOCK_N_D64 = ATTN07_BLOCK_N_D64;
-constexpr int BLOCK_N_D128 = ATTN07_BLOCK_N_D128;
 #else
 constexpr int BLOCK_N_D64 = 64;       // keys per tile at D = 64
-constexpr int BLOCK_N_D128 = 32;      // keys per tile at D = 128 (see the smem budget above)
+#endif
+#ifdef ATTN07_BLOCK_N_D128
+constexpr int BLOCK_N_D128 = ATTN07_BLOCK_N_D128;  // 64 on sm_80 and sm_90, from the launcher
+#else
+constexpr int BLOCK_N_D128 = 32;      // keys per tile at D = 128 on the L4 (see the smem budget above)
 #endif
 // Two CTAs per SM is the design point (see the shared-memory budget above). Saying so lets
 // ptxas use up to 255 registers; with no hint it aims at 168 (three CTAs) and spills at D = 128.
@@ -480,6 +488,8 @@ ATTN07_ENTRY(attn_fwd_07_mma_d128, 128, BLOCK_N_D128, 1, true, true, true)
 ATTN07_ENTRY(attn_fwd_07_mma_split2_d64, 64, BLOCK_N_D64, 2, true, true, true)
 ATTN07_ENTRY(attn_fwd_07_mma_split2_d128, 128, BLOCK_N_D128, 2, true, true, true)
 ATTN07_ENTRY(attn_fwd_07_mma_split4_d64, 64, BLOCK_N_D64, 4, true, true, true)
+// A 4-way split at D = 128 needs the 64-key tile (16 keys per group); with 32 it compiles to nothing.
+ATTN07_ENTRY(attn_fwd_07_mma_split4_d128, 128, BLOCK_N_D128, 4, true, true, true)
 ATTN07_ENTRY(attn_fwd_07_mma_two_barriers_d64, 64, BLOCK_N_D64, 1, true, true, false)
 ATTN07_ENTRY(attn_fwd_07_mma_two_barriers_d128, 128, BLOCK_N_D128, 1, true, true, false)
 ATTN07_ENTRY(attn_fwd_07_mma_noswizzle_d64, 64, BLOCK_N_D64, 1, false, true, true)

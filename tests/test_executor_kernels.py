@@ -5,7 +5,8 @@ reads, deadlocks, barrier and mask misuse), over
   takes it; causal and not; three seeds (each draws the inputs, the order the executor runs warps
   and lanes in, and its WMMA fragment layouts).
 For chapter 4 that is its row-softmax kernel on the executor between the two GEMMs in torch at
-the GPU path's precisions. The cases run in a few processes in parallel; each kernel's verdict is
+the GPU path's precisions. Chapter 7's kernels run again at D = 128 with the 64-key tiles they
+take on sm_80 and sm_90 (registry._mma07_arch_tiles), as "<id>@sm_90". The cases run in a few processes in parallel; each kernel's verdict is
 its own test."""
 from __future__ import annotations
 
@@ -18,33 +19,45 @@ import pytest
 from attnlab import registry
 from attnlab.cpu import CPU_SCHEDULE_SEEDS, check_case_cpu, cpu_shapes, library_for
 
-KERNEL_IDS = [spec.id for spec in registry.select(None)]
+# The other architecture whose tiles the suite runs, and the head dims where they differ from the source's.
+OTHER_ARCH = "sm_90"
+OTHER_TILES = {kid: (128,) for kid in registry.KERNELS if kid.startswith("07_")
+               and registry.get(kid, OTHER_ARCH).defines}
+KERNEL_IDS = [spec.id for spec in registry.select(None)] + [f"{kid}@{OTHER_ARCH}" for kid in OTHER_TILES]
 
 
-def _run_cases(kernel_id: str, cases):
+def _spec(label: str):
+    kid, _, arch = label.partition("@")
+    return registry.get(kid, arch or None)
+
+
+def _run_cases(label: str, cases):
     import torch
 
     torch.set_num_threads(1)
-    spec = registry.get(kernel_id)
+    spec = _spec(label)
     return [check_case_cpu(spec, shape, causal, seed) for shape, causal, seed in cases]
 
 
 def _work():
-    """(kernel id, cases) chunks: one per kernel, head dim and causal flag."""
+    """(kernel label, cases) chunks: one per kernel (and other architecture's tiles), head dim and
+    causal flag."""
     chunks = []
-    for spec in registry.select(None):
-        for D in sorted({s.D for s in cpu_shapes(spec)}):
+    for label in KERNEL_IDS:
+        spec = _spec(label)
+        dims = OTHER_TILES[spec.id] if "@" in label else sorted({s.D for s in cpu_shapes(spec)})
+        for D in dims:
             for causal in (False, True):
                 cases = [(shape, causal, seed) for shape in cpu_shapes(spec) if shape.D == D
                          for seed in CPU_SCHEDULE_SEEDS]
-                chunks.append((spec.id, cases))
+                chunks.append((label, cases))
     return chunks
 
 
 @pytest.fixture(scope="module")
 def results():
-    for spec in registry.select(None):
-        library_for(spec)  # build once, here, before the workers load them
+    for label in KERNEL_IDS:
+        library_for(_spec(label))  # build once, here, before the workers load them
     workers = max(1, min(4, os.cpu_count() or 1))
     by_kernel: dict[str, list] = {k: [] for k in KERNEL_IDS}
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
@@ -56,16 +69,20 @@ def results():
 
 def test_the_grid_covers_every_kernel_and_the_issue_shapes():
     ids = {kid for kid, _ in _work()}
-    assert ids == set(KERNEL_IDS) and len(ids) == 20
+    assert ids == set(KERNEL_IDS) and len(registry.KERNELS) == 20
+    # every chapter-7 id runs D = 128 again with the 64-key tiles of sm_80 and sm_90
+    assert sorted(OTHER_TILES) == sorted(k for k in registry.KERNELS if k.startswith("07_"))
+    assert all(_spec(f"{k}@{OTHER_ARCH}").config["ATTN07_BLOCK_N_D128"] == 64 for k in OTHER_TILES)
     lengths = {shape.L for _, cases in _work() for shape, _, _ in cases}
     assert {1, 2, 15, 17, 63, 65, 127, 129, 200} <= lengths
     seven = [cases for kid, cases in _work() if kid == "07_mma"]
     assert {shape.D for cases in seven for shape, _, _ in cases} == {64, 128}
     # every entry of chapter 7 runs: each key split has an id that fixes it
-    entries = {registry.get(kid).launch_config(shape)["entry"] for kid, cases in _work() if kid.startswith("07_")
+    entries = {_spec(kid).launch_config(shape)["entry"] for kid, cases in _work() if kid.startswith("07_")
                for shape, _, _ in cases}
-    assert entries == {e for kid in KERNEL_IDS if kid.startswith("07_") for D in sorted(registry.get(kid).head_dims)
-                       for e in registry.get(kid).entries_at_head_dim(D)}
+    assert entries == {e for kid in KERNEL_IDS if kid.startswith("07_") for D in sorted(_spec(kid).head_dims)
+                       for e in _spec(kid).entries_at_head_dim(D)}
+    assert "attn_fwd_07_mma_split4_d128" in entries  # only with 64-key tiles
     assert {seed for cases in seven for _, _, seed in cases} == set(CPU_SCHEDULE_SEEDS) and len(CPU_SCHEDULE_SEEDS) == 3
 
 

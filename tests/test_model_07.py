@@ -38,6 +38,7 @@ import numpy as np
 import pytest
 import torch
 
+from attnlab import registry
 from attnlab.check import judge, make_inputs
 from attnlab.paths import kernels_dir
 from attnlab.reference import naive_fp16, reference_attention
@@ -80,20 +81,32 @@ class Variant:
         return 2 * self.D * (self.block_m + (2 if self.double_buf else 1) * 2 * self.BLOCK_N)
 
 
+# The key tiles other GPUs take (registry._mma07_arch_tiles: 64 keys at D = 128 on sm_80 and sm_90).
+ARCH_TILES = sorted({(int(name[-3:].lstrip("D")), bn) for arch in ("sm_80", "sm_86", "sm_89", "sm_90")
+                     for name, bn in registry._mma07_arch_tiles(arch).items()})
+
+
 def _variants() -> dict[str, Variant]:
-    """Every ATTN07_ENTRY(name, D, BLOCK_N, KV_SPLIT, SWIZZLE, DOUBLE_BUF, ONE_BARRIER) of the source."""
+    """Every ATTN07_ENTRY(name, D, BLOCK_N, KV_SPLIT, SWIZZLE, DOUBLE_BUF, ONE_BARRIER) of the source
+    with its own tiles, and again as "name@BLOCK_N" with each other architecture's tile at its D. A
+    split whose slice of the tile is not whole 16-key steps compiles to nothing and is left out."""
     out = {}
     for m in re.finditer(r"^ATTN07_ENTRY\((attn_fwd_07_\w+), (\d+), (\w+), (\d+), (true|false), (true|false), "
                          r"(true|false)\)$", SRC, re.M):
         name, d, bn, split, sw, db, ob = m.groups()
-        out[name] = Variant(name, int(d), _const(bn) if not bn.isdigit() else int(bn), int(split),
-                            sw == "true", db == "true", ob == "true")
+        tiles = [_const(bn) if not bn.isdigit() else int(bn)] + [t for D, t in ARCH_TILES if D == int(d)]
+        for i, tile in enumerate(tiles):
+            if (tile // int(split)) % 16 == 0:
+                label = name if i == 0 else f"{name}@{tile}"
+                out[label] = Variant(name, int(d), tile, int(split), sw == "true", db == "true", ob == "true")
     return out
 
 
 VARIANTS = _variants()
-assert len(VARIANTS) == SRC.count("\nATTN07_ENTRY(") >= 11
+assert len({v.entry for v in VARIANTS.values()}) == SRC.count("\nATTN07_ENTRY(") >= 12
+assert ARCH_TILES == [(128, 64)] and "attn_fwd_07_mma_split4_d128@64" in VARIANTS
 MAIN = {64: VARIANTS["attn_fwd_07_mma_d64"], 128: VARIANTS["attn_fwd_07_mma_d128"]}
+MAIN_64_KEYS = VARIANTS["attn_fwd_07_mma_d128@64"]  # D = 128 on sm_80 and sm_90
 SPLITS = {e: var for e, var in VARIANTS.items() if var.kv_split > 1}
 F16, F32 = np.float16, np.float32
 NEG_INF = F32(-np.inf)
@@ -590,7 +603,7 @@ def _check(var, shape, causal, seed=0, scale=None):
     fp16_err = float((naive_fp16(q, k, v, causal, scale).double() - ref).abs().max())
     out = model_attention(var, q, k, v, causal, scale)
     verdict = judge(out, ref, fp16_err)
-    assert verdict.passed, f"{var.entry} {shape.label()} causal={causal}: {verdict.reason}"
+    assert verdict.passed, f"{var.entry} ({var.BLOCK_N}-key tiles) {shape.label()} causal={causal}: {verdict.reason}"
     return verdict
 
 
@@ -602,6 +615,8 @@ MODEL_SHAPES = [Shape(1, 1, 64, 64), Shape(1, 2, 17, 64), Shape(1, 1, 200, 128),
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_model_meets_pass_rule(shape, causal):
     _check(MAIN[shape.D], shape, causal)
+    if shape.D == 128:  # and with the 64-key tile of sm_80 and sm_90
+        _check(MAIN_64_KEYS, shape, causal)
 
 
 ABLATION_CASES = [(e, Shape(1, 1, 150, 64) if VARIANTS[e].D == 64 else Shape(1, 1, 200, 128))

@@ -209,10 +209,12 @@ def test_no_step_runs_past_the_hard_end(tmp_path, monkeypatch):
 def test_preflight_on_a_gpu_reads_the_gpus_target(tmp_path, monkeypatch):
     import attnlab.compile
     import attnlab.env
+    import attnlab.gpus
 
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
     monkeypatch.setattr(attnlab.env, "has_gpu", lambda: True)
     monkeypatch.setattr(attnlab.compile, "_device_index", lambda device=None: 0)
     monkeypatch.setattr(attnlab.compile, "_device_arch", lambda index: "sm_90")
+    monkeypatch.setattr(attnlab.gpus, "arch_at_hand", lambda: ("sm_90", "an H100's"))
     monkeypatch.setitem(session.STAGE_NEEDS, "check", (("attnlab",), ()))
     assert any("no sm_90 cubin" in p for p in session.preflight("check"))

@@ -186,8 +186,8 @@ def inspect(kernel_id: str, arches=None) -> list:
     from .plot import sass_mix
     from .static import ARCHES, inspect_kernel
 
-    spec = registry.get(kernel_id)
-    reports = [inspect_kernel(spec, arch) for arch in (arches or ARCHES)]
+    # each target built with its own tiles (chapter 7's key tile follows the architecture)
+    reports = [inspect_kernel(registry.get(kernel_id, arch), arch) for arch in (arches or ARCHES)]
     for rep in reports:
         cls = rep.sass_by_class()
         for f in rep.functions:
@@ -677,7 +677,7 @@ def sass_lines_by_function(kernel_id: str, arch: str) -> dict[str, list[str]]:
     instruction a line with its operands, e.g. "DEPBAR.LE SB0, 0x1"."""
     from .static import build, sass_by_function
 
-    return sass_by_function(build(registry.get(kernel_id), arch).sass)
+    return sass_by_function(build(registry.get(kernel_id, arch), arch).sass)
 
 
 def sass_by_function(kernel_id: str, arch: str) -> dict:
@@ -799,7 +799,7 @@ def sass_lines(kernel_id: str, arch: str, *prefixes: str) -> list[str]:
 
     from .static import build
 
-    text = build(registry.get(kernel_id), arch).sass
+    text = build(registry.get(kernel_id, arch), arch).sass
     line_re = re.compile(r"(/\*[0-9a-f]{4,}\*/)\s+((?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)[^;]*;)")
     out = []
     for m in line_re.finditer(text):

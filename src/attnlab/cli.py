@@ -318,7 +318,7 @@ def cmd_search(args) -> int:
     kernels = args.kernels or ["07_mma"]
     shape = _shape(args.shape)
     for spec in _kernels(kernels):
-        if spec.tuning is None:
+        if spec.id not in search.searchable():
             raise UsageError(f"{spec.id} has no knobs to search; searchable: {', '.join(search.searchable())}")
         for causal in args.causal:
             _check_shape(shape, [spec], named=True, causal=causal)

@@ -64,10 +64,14 @@ def lookup(device_name: str) -> GpuSpec | None:
 L4_MAX_SMEM_PER_BLOCK = 99 * 1024
 
 
-def max_smem_per_block() -> tuple[int, str]:
-    """(bytes, whose) of shared memory one block may opt in to: the current GPU's where torch sees
-    one (227 KB on an H100), and the L4's 99 KB, the reader's card, without one."""
+def max_smem_per_block(arch: str | None = None) -> tuple[int, str]:
+    """(bytes, whose) of shared memory one block may opt in to: architecture `arch`'s when it is
+    given (SM_LIMITS), else the current GPU's where torch sees one (227 KB on an H100), and the L4's
+    99 KB, the reader's card, without one."""
     from .env import has_gpu
+
+    if arch is not None and arch in SM_LIMITS:
+        return SM_LIMITS[arch].smem_per_block, ("the L4's" if arch == by_key(REFERENCE_GPU).arch else f"an {arch} GPU's")
 
     if not has_gpu():
         return L4_MAX_SMEM_PER_BLOCK, "the L4's"
@@ -79,6 +83,23 @@ def max_smem_per_block() -> tuple[int, str]:
         known = lookup(props.name)
         limit = known.smem_per_block_kb * 1024 if known else L4_MAX_SMEM_PER_BLOCK
     return int(limit), f"the {props.name}'s"
+
+
+def arch_at_hand() -> tuple[str, str]:
+    """(sm_XY, whose) of the GPU at hand, where torch sees one, and the L4's sm_89 without one: the
+    architecture whose tiles chapter 7's kernels take (registry.KernelSpec.for_arch)."""
+    from .env import has_gpu
+
+    if not has_gpu():
+        return by_key(REFERENCE_GPU).arch, "the L4's"
+    import torch
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    major, minor = getattr(props, "major", None), getattr(props, "minor", None)
+    if major is None:  # a stand-in without the fields: the datasheet table, else the L4's
+        known = lookup(props.name)
+        return (known.arch if known else by_key(REFERENCE_GPU).arch), f"the {props.name}'s"
+    return f"sm_{major}{minor}", f"the {props.name}'s"
 
 
 def sm_count() -> tuple[int, str]:
@@ -136,16 +157,17 @@ class SmLimits:
     max_threads: int = 2048
     max_blocks: int = 32
     smem: int = 167936            # shared memory per SM usable by blocks (the largest carve-out)
+    smem_per_block: int = 166912  # what one block may opt in to (cudaFuncAttributeMaxDynamicSharedMemorySize)
     reserved_smem: int = 1024     # the runtime's share of each block (sm_80 and later)
     register_unit: int = 256      # registers are allocated per warp in units of 256
     smem_unit: int = 128          # shared memory is allocated per block in units of 128 bytes
 
 
 SM_LIMITS = {
-    "sm_80": SmLimits("sm_80", max_threads=2048, max_blocks=32, smem=167936),
-    "sm_86": SmLimits("sm_86", max_threads=1536, max_blocks=16, smem=102400),
-    "sm_89": SmLimits("sm_89", max_threads=1536, max_blocks=24, smem=102400),
-    "sm_90": SmLimits("sm_90", max_threads=2048, max_blocks=32, smem=233472),
+    "sm_80": SmLimits("sm_80", max_threads=2048, max_blocks=32, smem=167936, smem_per_block=166912),
+    "sm_86": SmLimits("sm_86", max_threads=1536, max_blocks=16, smem=102400, smem_per_block=101376),
+    "sm_89": SmLimits("sm_89", max_threads=1536, max_blocks=24, smem=102400, smem_per_block=101376),
+    "sm_90": SmLimits("sm_90", max_threads=2048, max_blocks=32, smem=233472, smem_per_block=232448),
 }
 
 

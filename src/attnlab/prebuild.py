@@ -28,9 +28,9 @@ def jobs(arch: str, searched=SEARCHED) -> list[registry.KernelSpec]:
     arithmetic rules let through."""
     from . import search
 
-    specs = list(registry.select(None))
+    specs = list(registry.select(None, arch))  # each with the tiles of `arch` (chapter 7's follow it)
     for kid, D in searched:
-        specs += [registry.get(kid).with_config(c) for c in search.space(kid, D)]
+        specs += [registry.get(kid, arch).with_config(c) for c in search.space(kid, D)]
     # The space holds the chapter's own configuration too (with_config gives the registered spec
     # back): one job per build, or two threads would write the same cubin.
     return list({(s.id, s.defines): s for s in specs}.values())
@@ -80,7 +80,7 @@ def carried_files(arch: str, searched=SEARCHED) -> list[Path]:
     spaces += [(kid, D, STATIC_ONLY_ARCH) for kid in search.searchable() for D in (64, 128)]
     for kid, D, target in spaces:
         for config in search.space(kid, D):
-            report = cubin_path(registry.get(kid).with_config(config), target).with_suffix(".ptxas")
+            report = cubin_path(registry.get(kid, target).with_config(config), target).with_suffix(".ptxas")
             if report.exists():
                 files.append(report)
     return list(dict.fromkeys(files))

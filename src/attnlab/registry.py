@@ -43,18 +43,28 @@ class Knob:
 class Tuning:
     """The knobs of a kernel and what follows from them.
 
-    geometry(config) -> {"block": f, "grid": f, "dynamic_smem": f[, "kv_split": f, "at_split": g]}, each f
-    a function of the Shape (g of the Shape and a split): the one description of the launch for every
-    configuration, the chapter's included.
+    geometry(config) -> {"block": f, "grid": f, "dynamic_smem": f[, "kv_split": f, "at_split": g,
+    "head_dims": set]}, each f a function of the Shape (g of the Shape and a split): the one description
+    of the launch for every configuration, the chapter's included.
     rules(config, D) -> the reasons the kernel's static_asserts would refuse the configuration at
-    head dim D (shared memory is checked separately, from the geometry)."""
+    head dim D (shared memory is checked separately, from the geometry).
+    arch_defaults(arch) -> the knob values the chapter takes on architecture sm_XY where they differ
+    from `defaults` (the values in the source, the L4's): chapter 7's key tile follows the shared
+    memory of the GPU at hand. None: the same values on every GPU."""
     knobs: tuple[Knob, ...]
     geometry: Callable[[dict], dict]
     rules: Callable[[dict, int], list[str]] = lambda config, D: []
+    arch_defaults: Callable[[str], dict] | None = None
 
     @property
     def defaults(self) -> dict[str, int]:
         return {k.name: k.default for k in self.knobs}
+
+    def defaults_on(self, arch: str | None) -> dict[str, int]:
+        """The chapter's configuration on `arch` (None: the source's own values)."""
+        if arch is None or self.arch_defaults is None:
+            return self.defaults
+        return {**self.defaults, **self.arch_defaults(arch)}
 
     def knob(self, name: str) -> Knob:
         for k in self.knobs:
@@ -110,6 +120,9 @@ class KernelSpec:
     # For those kernels, (shape, split) -> {"grid", "dynamic_smem"} at a given split: launch_config
     # takes the split once and derives the rest from it (one SM-count query per launch, not four).
     at_split: Callable[[Shape, int], dict] | None = field(default=None, hash=False, compare=False)
+    # The architecture (sm_XY) whose tiles this build takes (for_arch); None: the source's own
+    # constants, which are the L4's. `get` hands out every kernel built for the GPU at hand.
+    arch: str | None = None
 
     @property
     def path(self):
@@ -120,7 +133,7 @@ class KernelSpec:
         """Every knob's value in this build (the defaults overlaid with `defines`); {} without knobs."""
         if self.tuning is None:
             return {}
-        return {**self.tuning.defaults, **dict(self.defines)}
+        return {**self.tuning.defaults_on(self.arch), **dict(self.defines)}
 
     def with_config(self, config) -> "KernelSpec":
         """This kernel built with `config` (a dict or (define, value) pairs; knobs not named keep
@@ -140,13 +153,32 @@ class KernelSpec:
             if value not in known[name].values:
                 raise ValueError(f"{self.id}: {name}={value!r} is not one of {known[name].values}")
         full = {**self.config, **{n: int(v) for n, v in given.items()}}
-        if full == self.tuning.defaults:
+        if full == self.tuning.defaults_on(self.arch):
+            registered = KERNELS.get(self.id)
+            if registered is not None and registered.tuning is self.tuning:
+                return registered if self.arch is None else get(self.id, self.arch)
+            base = dataclasses.replace(self, defines=(), arch=None, **self.tuning.geometry(self.tuning.defaults))
+            return base.for_arch(self.arch)
+        geometry = self.tuning.geometry(full)
+        return dataclasses.replace(self, defines=tuple(sorted(full.items())), **geometry)
+
+    def for_arch(self, arch: str | None) -> "KernelSpec":
+        """This kernel with the tiles the chapter takes on `arch` (sm_XY; None: the source's own):
+        defines for the compiler and the launch geometry of the same values, so the two never part.
+        A configuration chapter 8 chose stays as it is; a kernel whose tiles are the same on every
+        GPU returns itself."""
+        if self.tuning is None or self.tuning.arch_defaults is None or arch == self.arch:
+            return self
+        if self.defines and dict(self.defines) != self.tuning.defaults_on(self.arch):  # a chosen configuration
+            return dataclasses.replace(self, arch=arch)
+        config = self.tuning.defaults_on(arch)
+        if config == self.tuning.defaults:
             registered = KERNELS.get(self.id)
             if registered is not None and registered.tuning is self.tuning:
                 return registered
-            return dataclasses.replace(self, defines=(), **self.tuning.geometry(full))
-        geometry = self.tuning.geometry(full)
-        return dataclasses.replace(self, defines=tuple(sorted(full.items())), **geometry)
+            return dataclasses.replace(self, arch=None, defines=(), **self.tuning.geometry(config))
+        return dataclasses.replace(self, arch=arch, defines=tuple(sorted(config.items())),
+                                   **self.tuning.geometry(config))
 
     def config_problems(self, D: int) -> list[str]:
         """Why this build cannot run head dim D, before compiling it: the kernel's compile-time rules
@@ -156,7 +188,7 @@ class KernelSpec:
             return []
         problems = list(self.tuning.rules(self.config, D))
         smem = self.dynamic_smem(Shape(1, 1, 1, D))
-        limit, whose = max_smem_per_block()
+        limit, whose = max_smem_per_block(self.arch)
         if smem > limit:
             problems.append(f"{smem} B of shared memory at D={D}, over {whose} {limit} B per block")
         return problems
@@ -165,7 +197,8 @@ class KernelSpec:
         """The configuration in a few words ("default" for the chapter's own)."""
         if not self.defines:
             return "default"
-        return ", ".join(f"{n}={v}" for n, v in self.defines if v != self.tuning.defaults[n]) or "default"
+        base = self.tuning.defaults_on(self.arch)
+        return ", ".join(f"{n}={v}" for n, v in self.defines if v != base[n]) or "default"
 
     def entry_for(self, D: int) -> str:
         """The extern "C" entry point that runs head dim D (without a key split)."""
@@ -410,10 +443,12 @@ for _id, (_stages, _producers) in _WS06_VARIANTS.items():
 # tests/test_kernel_07_static.py. One entry per head dim (and key split); the ablations are separate ids.
 _MMA07_WARPS = 4                     # WARPS: 16 query rows each
 _MMA07_BLOCK_M = 16 * _MMA07_WARPS   # query rows per CTA without a key split
-_MMA07_BLOCK_N = {64: 64, 128: 32}   # BLOCK_N_D64, BLOCK_N_D128: keys per K/V tile
+_MMA07_BLOCK_N = {64: 64, 128: 32}   # BLOCK_N_D64, BLOCK_N_D128: keys per K/V tile (the L4's)
 _MMA07_MIN_CTAS = 2                  # MIN_CTAS_PER_SM: __launch_bounds__'s CTAs per SM
-# KV_SPLIT > 1 entries of 07_mma: split -> head dims (attn_fwd_07_mma_split{s}_d{D}).
-_MMA07_SPLIT_ENTRIES = {2: (64, 128), 4: (64,)}
+_MMA07_MAX_BLOCK_N = 64              # the largest key tile _mma07_arch_tiles gives (registers, below)
+# KV_SPLIT > 1 entries of 07_mma: split -> head dims (attn_fwd_07_mma_split{s}_d{D}). A split runs
+# where its slice of the key tile is whole 16-key MMA steps: 4 at D = 128 needs the 64-key tile.
+_MMA07_SPLIT_ENTRIES = {2: (64, 128), 4: (64, 128)}
 
 # The launcher's choice of key split: FlashAttention-2's num_splits_heuristic, applied to the warp
 # groups of one CTA. No split while the grid already covers SPLIT_FILL of the SMs; otherwise the
@@ -477,8 +512,9 @@ def _mma07_smem(D: int, stages: int, block_m: int = _MMA07_BLOCK_M, block_n: dic
 
 
 def _mma07_geometry(config: dict, stages: int = 2, split=None) -> dict:
-    """Block, grid and shared memory of a build of `config`, and its key split: `split` fixes it;
-    None lets the launcher choose per shape, from the SM count of the GPU at hand."""
+    """Block, grid and shared memory of a build of `config`, and its key split: `split` fixes it
+    (and the head dims are those whose tile it can split); None lets the launcher choose per shape,
+    from the SM count of the GPU at hand."""
     warps = config["ATTN07_WARPS"]
     bn = {64: config["ATTN07_BLOCK_N_D64"], 128: config["ATTN07_BLOCK_N_D128"]}
 
@@ -494,10 +530,39 @@ def _mma07_geometry(config: dict, stages: int = 2, split=None) -> dict:
         return {"grid": (_cdiv(s.L, 16 * warps // k), s.B * s.H, 1),
                 "dynamic_smem": _mma07_smem(s.D, stages, 16 * warps // k, bn, warps)}
 
-    return {"block": lambda s: (warps * 32, 1, 1),
-            "grid": lambda s: at_split(s, kv_split(s))["grid"],
-            "dynamic_smem": lambda s: at_split(s, kv_split(s))["dynamic_smem"],
-            "kv_split": kv_split, "at_split": at_split}
+    geometry = {"block": lambda s: (warps * 32, 1, 1),
+                "grid": lambda s: at_split(s, kv_split(s))["grid"],
+                "dynamic_smem": lambda s: at_split(s, kv_split(s))["dynamic_smem"],
+                "kv_split": kv_split, "at_split": at_split}
+    if split is None:  # the entries of the splits this build's tiles can take, per head dim
+        geometry["entries_by_split"] = {s: {D: f"attn_fwd_07_mma_split{s}_d{D}" for D in dims if s in _mma07_splits(config, D)}
+                                        for s, dims in _MMA07_SPLIT_ENTRIES.items()}
+    elif split > 1:
+        geometry["head_dims"] = frozenset(D for D in _MMA07_SPLIT_ENTRIES[split] if split in _mma07_splits(config, D))
+    return geometry
+
+
+def _mma07_arch_tiles(arch: str) -> dict[str, int]:
+    """The key tile per head dim chapter 7 takes on `arch`: the larger of 64 and 32 keys whose
+    double-buffered CTA fits one block's shared memory and lets MIN_CTAS_PER_SM of them share an SM
+    (gpus.occupancy, from gpus.SM_LIMITS). At D = 128 that is 64 keys (80 KB) where an SM holds
+    164 KB (sm_80) or 228 KB (sm_90), and 32 keys (48 KB) on the 100 KB of sm_86 and sm_89. 64 is the
+    top because the scores live in registers (BLOCK_N / 2 fp32 per lane): with 64 keys at D = 128
+    a thread already holds about 230 of the 255 registers two CTAs leave it. An architecture the
+    table lacks takes the source's tiles, the L4's."""
+    from .gpus import SM_LIMITS, occupancy
+
+    if arch not in SM_LIMITS:
+        return {}
+    lim, tiles = SM_LIMITS[arch], {}
+    for D in (64, 128):
+        for bn in (_MMA07_MAX_BLOCK_N, _MMA07_MAX_BLOCK_N // 2):
+            smem = _mma07_smem(D, 2, block_n={D: bn})
+            if smem <= lim.smem_per_block and occupancy(arch, 32 * _MMA07_WARPS, 0, smem).blocks_per_sm >= _MMA07_MIN_CTAS:
+                break
+        if bn != _MMA07_BLOCK_N[D]:
+            tiles[f"ATTN07_BLOCK_N_D{D}"] = bn
+    return tiles
 
 
 def _mma07_cta_split_geometry(config: dict) -> dict:
@@ -534,7 +599,24 @@ _MMA07_TUNING = Tuning(
            Knob("ATTN07_BLOCK_N_D64", (32, 64, 128), _MMA07_BLOCK_N[64], "keys per tile (D=64)", head_dim=64),
            Knob("ATTN07_BLOCK_N_D128", (16, 32, 64), _MMA07_BLOCK_N[128], "keys per tile (D=128)", head_dim=128),
            Knob("ATTN07_MIN_CTAS", (1, 2), _MMA07_MIN_CTAS, "CTAs per SM the registers are budgeted for (`__launch_bounds__`)")),
-    geometry=_mma07_geometry, rules=_mma07_rules)
+    geometry=_mma07_geometry, rules=_mma07_rules, arch_defaults=_mma07_arch_tiles)
+
+
+def _mma07_variant_tuning(geometry: Callable[[dict], dict], arch_defaults=_mma07_arch_tiles) -> Tuning:
+    """The chapter-7 knobs and the tiles per architecture for an ablation or variant of 07_mma: each
+    takes 07_mma's tiles on every GPU (chapter 8 searches only 07_mma itself, search.searchable)."""
+    return dataclasses.replace(_MMA07_TUNING, geometry=geometry, arch_defaults=arch_defaults)
+
+
+# The architectures where FlashAttention-2's route keeps the source's key tiles: with 64-key tiles
+# at D = 128, ptxas spills attn_fwd_07_mma_partial_d128 on sm_80 (36 bytes of loop-invariant
+# addresses; the fused kernel holds 226 registers there, the partial needs more than 255).
+# tests/test_kernel_07_static.py builds it to show the spill is still there.
+_MMA07_PARTIAL_SPILLS_AT_ARCH_TILES = frozenset({"sm_80"})
+
+
+def _mma07_cta_split_tiles(arch: str) -> dict[str, int]:
+    return {} if arch in _MMA07_PARTIAL_SPILLS_AT_ARCH_TILES else _mma07_arch_tiles(arch)
 
 _MMA07_COMMON = dict(chapter=7, source="07_mma_swizzle.cu", head_dims=frozenset({64, 128}), alignment=16,
                      extra_sources=("common.cuh", "ptx.cuh", "swizzle.cuh"))
@@ -544,7 +626,6 @@ register(KernelSpec(
     title="Swizzle + double buffer",
     entry="attn_fwd_07_mma_d64",
     entries_by_head_dim={D: f"attn_fwd_07_mma_d{D}" for D in (64, 128)},
-    entries_by_split={s: {D: f"attn_fwd_07_mma_split{s}_d{D}" for D in dims} for s, dims in _MMA07_SPLIT_ENTRIES.items()},
     **_mma07_geometry(_MMA07_TUNING.defaults),
     **_MMA07_COMMON,
     summary="mma.sync m16n8k16 + ldmatrix from XOR-swizzled tiles, P in registers, double-buffered cp.async with "
@@ -561,8 +642,8 @@ for _split, _dims in _MMA07_SPLIT_ENTRIES.items():
         title=f"Swizzle + double buffer (keys split {_split} ways)",
         entry=f"attn_fwd_07_mma_split{_split}_d{_dims[0]}",
         entries_by_head_dim={D: f"attn_fwd_07_mma_split{_split}_d{D}" for D in _dims},
-        **_mma07_geometry(_MMA07_TUNING.defaults, split=_split),
-        **{**_MMA07_COMMON, "head_dims": frozenset(_dims)},
+        **{**_MMA07_COMMON, **_mma07_geometry(_MMA07_TUNING.defaults, split=_split)},
+        tuning=_mma07_variant_tuning(lambda config, _s=_split: _mma07_geometry(config, split=_s)),
         summary=f"sweep variant of 07_mma: each tile's keys split among {_split} warp groups whatever the shape, "
                 f"{16 * _MMA07_WARPS // _split}-row query tiles",
         conflict_free=("ldmatrix", "cp.async", "ld/st"),
@@ -585,6 +666,7 @@ for _kid, _suffix, _stages, _title, _summary in (
         entries_by_head_dim={D: f"attn_fwd_07_mma{_suffix}_d{D}" for D in (64, 128)},
         **_mma07_geometry(_MMA07_TUNING.defaults, _stages, split=1),
         **_MMA07_COMMON,
+        tuning=_mma07_variant_tuning(lambda config, _st=_stages: _mma07_geometry(config, _st, split=1)),
         summary=f"ablation of 07_mma without a key split: {_summary}",
         # The swizzle's promise; the unswizzled ablation exists to break it.
         conflict_free=() if _kid == "07_mma_noswizzle" else ("ldmatrix", "cp.async", "ld/st"),
@@ -603,6 +685,7 @@ register(KernelSpec(
     entries_by_split={s: {D: f"attn_fwd_07_mma_partial_d{D}" for D in (64, 128)} for s in range(2, SPLIT_CTAS_MAX + 1)},
     helper_entries=("attn_combine_07",),
     **_mma07_cta_split_geometry(_MMA07_TUNING.defaults),
+    tuning=_mma07_variant_tuning(_mma07_cta_split_geometry, _mma07_cta_split_tiles),
     **{**_MMA07_COMMON, "extra_sources": _MMA07_COMMON["extra_sources"] + ("../src/attnlab/split_ctas.py",)},
     runner="attnlab.split_ctas:run_split_ctas",
     summary="ablation of 07_mma: FlashAttention-2's split, the keys cut across CTAs (grid z), fp32 partials "
@@ -612,16 +695,32 @@ register(KernelSpec(
 ))
 
 
-def get(kernel_id: str) -> KernelSpec:
+# (kernel id, arch) -> the registered kernel built for that architecture: made once each.
+_BY_ARCH: dict[tuple[str, str], KernelSpec] = {}
+
+
+def get(kernel_id: str, arch: str | None = None) -> KernelSpec:
+    """The kernel built for `arch` (sm_XY), by default the GPU at hand's (the L4's sm_89 without
+    one): its tiles, its defines and its launch geometry (KernelSpec.for_arch)."""
     try:
-        return KERNELS[kernel_id]
+        spec = KERNELS[kernel_id]
     except KeyError:
         known = ", ".join(KERNELS)
         raise KeyError(f"unknown kernel {kernel_id!r}; registered: {known}") from None
+    if spec.tuning is None or spec.tuning.arch_defaults is None:
+        return spec
+    if arch is None:
+        from .gpus import arch_at_hand
+        arch = arch_at_hand()[0]
+    key = (kernel_id, arch)
+    if key not in _BY_ARCH:
+        _BY_ARCH[key] = spec.for_arch(arch)
+    return _BY_ARCH[key]
 
 
-def select(ids: list[str] | None) -> list[KernelSpec]:
-    """The kernels named on a command line, or all of them in chapter order."""
+def select(ids: list[str] | None, arch: str | None = None) -> list[KernelSpec]:
+    """The kernels named on a command line, or all of them in chapter order, built for `arch` (the
+    GPU at hand's by default)."""
     if not ids:
-        return sorted(KERNELS.values(), key=lambda s: (s.chapter, s.id))
-    return [get(i) for i in ids]
+        ids = [s.id for s in sorted(KERNELS.values(), key=lambda s: (s.chapter, s.id))]
+    return [get(i, arch) for i in ids]

@@ -51,13 +51,14 @@ STATUSES = ("ok", "static", "failed", "error")
 # --- the space ---------------------------------------------------------------------------------
 
 def searchable() -> list[str]:
-    """Registered kernels that have knobs, in chapter order."""
-    return [s.id for s in registry.select(None) if s.tuning is not None]
+    """Registered chapter kernels that have knobs, in chapter order (their ablations and variants
+    carry the knobs too, to take the chapter kernel's tiles on each GPU, but are not searched)."""
+    return [s.id for s in registry.select(None) if s.tuning is not None and s.variant_of is None]
 
 
 def _tunable(kernel_id: str) -> KernelSpec:
     spec = registry.get(kernel_id)
-    if spec.tuning is None:
+    if kernel_id not in searchable():
         raise ValueError(f"{kernel_id} has no knobs to search; searchable: {', '.join(searchable())}")
     return spec
 
@@ -67,8 +68,11 @@ def knobs_for(kernel_id: str, D: int) -> tuple[registry.Knob, ...]:
     return tuple(k for k in _tunable(kernel_id).tuning.knobs if k.head_dim in (None, D))
 
 
-def default_config(kernel_id: str, D: int) -> dict[str, int]:
-    return {k.name: k.default for k in knobs_for(kernel_id, D)}
+def default_config(kernel_id: str, D: int, arch: str | None = None) -> dict[str, int]:
+    """The chapter's configuration at D on `arch` (the GPU at hand's by default): the source's
+    constants, with chapter 7's key tiles following the architecture."""
+    config = registry.get(kernel_id, arch).config
+    return {k.name: config[k.name] for k in knobs_for(kernel_id, D)}
 
 
 def space(kernel_id: str, D: int) -> list[dict[str, int]]:
@@ -90,7 +94,7 @@ def valid_space(kernel_id: str, D: int) -> list[dict[str, int]]:
 def config_text(config: dict, kernel_id: str | None = None, D: int | None = None) -> str:
     """A configuration in a few words: the knobs that differ from the kernel's defaults (all of
     them without a kernel), or "default"."""
-    base = _tunable(kernel_id).tuning.defaults if kernel_id else {}
+    base = _tunable(kernel_id).config if kernel_id else {}  # the chapter's, on the GPU at hand
     items = [f"{_short(n)}={v}" for n, v in config.items() if base.get(n) != v]
     return ", ".join(items) or "default"
 
@@ -145,17 +149,20 @@ def _ptxas_functions(spec: KernelSpec, arch: str) -> list[dict]:
     return [asdict(f) for f in parse_ptxas(ptxas_report(spec, arch))]
 
 
-def static_gate(kernel_id: str, config: dict, D: int, arch: str = REFERENCE_ARCH) -> StaticVerdict:
+def static_gate(kernel_id: str, config: dict, D: int, arch: str | None = None) -> StaticVerdict:
     """What the compiler says about one configuration at head dim D, before any GPU time.
 
     Refused without compiling when the arithmetic rules refuse it; otherwise built with nvcc for
-    `arch`, and refused when an entry that may run D (one per key split) spills registers or needs more shared memory
-    per block than the GPU at hand allows (the L4's 99 KB without one). ptxas reports one register
+    `arch` (with chapter 7's key tiles for `arch` where `config` leaves them), and refused when an
+    entry that may run D (one per key split) spills registers or needs more shared memory per block
+    than `arch` allows (99 KB on sm_89, 227 KB on sm_90). ptxas reports one register
     count per entry: for kernels whose entry holds both head dims (chapters 5 and 6) it is the
     larger of the two paths."""
     from .compile import KernelBuildError
+    from .gpus import arch_at_hand
 
-    spec = registry.get(kernel_id).with_config(config)
+    arch = arch or arch_at_hand()[0]  # the GPU at hand's (the L4's sm_89 without one)
+    spec = registry.get(kernel_id, arch).with_config(config)
     shape = Shape(1, 1, 1, D)
     verdict = StaticVerdict(kernel_id, dict(config), D, arch, threads=math.prod(spec.block(shape)),
                             dynamic_smem=spec.dynamic_smem(shape))
@@ -186,7 +193,7 @@ def static_gate(kernel_id: str, config: dict, D: int, arch: str = REFERENCE_ARCH
         if fn["spill_stores"] + fn["spill_loads"]:
             verdict.problems.append(f"{entry} spills on {arch}: {fn['spill_stores']} B stored, "
                                     f"{fn['spill_loads']} B loaded ({fn['registers']} registers)")
-    limit, whose = max_smem_per_block()
+    limit, whose = max_smem_per_block(arch)
     if verdict.smem > limit:
         verdict.problems.append(f"{verdict.smem} B of shared memory, over {whose} {limit} B per block")
     if arch in SM_LIMITS and verdict.smem <= SM_LIMITS[arch].smem:

@@ -214,16 +214,28 @@ def inspect_kernel(spec: KernelSpec, arch: str) -> StaticReport:
 
 
 def limit_problems(rep: StaticReport, spec: KernelSpec) -> list[str]:
-    """What breaks the kernel contract: a spill, or shared memory past the L4's 99 KB per block."""
+    """What breaks the kernel contract in the functions `spec` may launch: a spill, or shared memory
+    past one block's limit on the build's architecture (the L4's 99 KB on sm_89). A source that
+    holds other ids' entries too (chapter 7's) is judged by this id's: each id is built with the
+    tiles it runs with, and another id's entry in its build is never launched."""
+    from .gpus import SM_LIMITS
+
     problems = []
     names = {f.name for f in rep.functions}
     if spec.entry not in names:
         problems.append(f"entry point {spec.entry} not found in the build (found: {sorted(names)})")
+    launched = None
+    if spec.entries_by_head_dim is not None:
+        dims = sorted(spec.head_dims) if spec.head_dims else []
+        launched = {e for D in dims for e in spec.entries_at_head_dim(D)} | set(spec.helper_entries)
+    limit = SM_LIMITS[rep.arch].smem_per_block if rep.arch in SM_LIMITS else L4_MAX_SMEM_PER_BLOCK
     for f in rep.functions:
+        if launched is not None and f.name not in launched:
+            continue
         if f.spills:
             problems.append(f"{f.name} spills on {rep.arch}: {f.spill_stores} B stored, {f.spill_loads} B loaded")
         total = f.static_smem + rep.dynamic_smem_max
-        if total > L4_MAX_SMEM_PER_BLOCK:
+        if total > limit:
             problems.append(f"{f.name} needs {total} B of shared memory on {rep.arch}, over the "
-                            f"L4's {L4_MAX_SMEM_PER_BLOCK} B per block")
+                            f"{limit} B one block may have there")
     return problems
