@@ -69,22 +69,22 @@ def _runs(entry: str, bn: dict) -> bool:
     return bn[D] % split == 0 and (bn[D] // split) % 16 == 0
 
 
-@pytest.fixture(scope="module", params=ARCHES)
-def build(request):
-    """(arch, ptxas's resources and SASS per function, key tiles) of 07_mma built for `arch`."""
-    arch = request.param
-    spec = registry.get("07_mma", arch)
+def _built(kernel_id: str, arch: str):
+    """(arch, ptxas's resources and SASS per function, key tiles) of `kernel_id` built for `arch`."""
+    spec = registry.get(kernel_id, arch)
     b = static_build(spec, arch)
     return arch, {f.name: f for f in parse_ptxas(b.ptxas)}, sass_by_function(b.sass), block_n(spec)
+
+
+@pytest.fixture(scope="module", params=ARCHES)
+def build(request):
+    return _built("07_mma", request.param)
 
 
 @pytest.fixture(scope="module", params=ARCHES)
 def cta_split_build(request):
-    """The same for FlashAttention-2's route (07_mma_split_ctas), whose tiles may differ on sm_80."""
-    arch = request.param
-    spec = registry.get("07_mma_split_ctas", arch)
-    b = static_build(spec, arch)
-    return arch, {f.name: f for f in parse_ptxas(b.ptxas)}, sass_by_function(b.sass), block_n(spec)
+    """FlashAttention-2's route (07_mma_split_ctas), whose tiles may differ on sm_80."""
+    return _built("07_mma_split_ctas", request.param)
 
 
 def test_the_key_tile_follows_the_shared_memory_of_each_architecture():
