@@ -30,6 +30,13 @@
 //            -DATTN07_BLOCK_N_D128=64 (registry._mma07_arch_tiles); the constants below are the
 //            L4's, what this file compiles to on its own.
 //   (Q is BLOCK_M rows: the sizes above are KV_SPLIT = 1's; a split shrinks Q by the split.)
+//   Stages: 2 on the L4. Where a third K/V stage costs no resident CTA, the launcher passes
+//   -DATTN07_STAGES_D64=3 and _D128=3: on sm_90 (D = 64: Q 8 KB + 3 x 16 KB = 56 KB, three CTAs
+//   as with two stages, registers being the limit; D = 128: Q 16 KB + 3 x 32 KB = 112 KB, two in
+//   228 KB). Tile j is then copied two tiles ahead of its use, so one late copy no longer stalls
+//   the CTA. Not on sm_80: at D = 64 a third stage would leave two CTAs of the three it holds.
+//   The key tile is chosen first, then the stages: a wider tile halves the barriers and the
+//   softmax's row reductions per key; a third stage only hides what the second mostly hides.
 //   Registers: about 150 (D = 64) and 190 (D = 128) per thread, within the 256 that two CTAs of
 //   128 threads may hold; MIN_CTAS_PER_SM tells ptxas so.
 //   Single-buffer ablation: 1 stage, 24 KB (D = 64) / 32 KB (D = 128; 48 KB with 64-key tiles).
@@ -47,10 +54,10 @@
 // over O) per CTA.
 //
 // One barrier per key tile (FlashAttention-2's order): wait for this thread's copies of tile j,
-// barrier, then prefetch tile j+1 into the other stage, then compute on tile j. The barrier is
-// both "tile j has landed for everyone" and "every warp is done with tile j-1", whose stage
-// (j+1)&1 = (j-1)&1 the prefetch refills, so no second barrier is needed at the end of the body.
-// The copy of tile j+1 still overlaps the math on tile j.
+// barrier, then prefetch tile j+STAGES-1 into the stage of tile j-1, then compute on tile j. The
+// barrier is both "tile j has landed for everyone" and "every warp is done with tile j-1", whose
+// stage the prefetch refills, so no second barrier is needed at the end of the body. The copies
+// of the next STAGES-1 tiles still overlap the math on tile j.
 //
 // FlashAttention-2's route to the same end (PARTIAL = true, registry id 07_mma_split_ctas): the
 // split is across CTAs instead. Grid (ceil(L / BLOCK_M), B*H, splits): CTA z takes the z-th run of
@@ -63,9 +70,10 @@
 // Ablations, each its own extern "C" entry (registry ids 07_mma_nosplit, 07_mma_two_barriers,
 // 07_mma_noswizzle, 07_mma_single_buffer; all KV_SPLIT = 1):
 //   KV_SPLIT = 1:       one group of warps; 64-row query tiles whatever the GPU.
-//   ONE_BARRIER = false: prefetch, wait for all but the newest group, barrier, compute, barrier.
+//   ONE_BARRIER = false: prefetch, wait for all but the newest STAGES-1 groups, barrier, compute,
+//                        barrier.
 //   SWIZZLE = false:    plain row-major tiles; every ldmatrix phase is an 8-way bank conflict.
-//   DOUBLE_BUF = false: one K/V stage; the copy of tile j+1 starts after tile j is consumed
+//   STAGES = 1:         one K/V stage; the copy of tile j starts after tile j-1 is consumed
 //                       (two barriers per tile, necessarily).
 //
 // Launch: block (32 WARPS,), grid (ceil(L / BLOCK_M), B*H), dynamic shared memory as above (the
@@ -77,9 +85,10 @@
 #include "swizzle.cuh"
 
 namespace {
-// Chapter 8's search (src/attnlab/search.py) may set WARPS, the key tiles and MIN_CTAS_PER_SM with
-// -DATTN07_WARPS=... -DATTN07_BLOCK_N_D64=... -DATTN07_BLOCK_N_D128=... -DATTN07_MIN_CTAS=...;
-// without them, the chapter's values.
+// Chapter 8's search (src/attnlab/search.py) may set WARPS, the key tiles, the stages and
+// MIN_CTAS_PER_SM with -DATTN07_WARPS=... -DATTN07_BLOCK_N_D64=... -DATTN07_BLOCK_N_D128=...
+// -DATTN07_STAGES_D64=... -DATTN07_STAGES_D128=... -DATTN07_MIN_CTAS=...; without them, the
+// chapter's values (the L4's).
 #ifdef ATTN07_WARPS
 constexpr int WARPS = ATTN07_WARPS;
 #else
@@ -95,6 +104,18 @@ constexpr int BLOCK_N_D64 = 64;       // keys per tile at D = 64
 constexpr int BLOCK_N_D128 = ATTN07_BLOCK_N_D128;  // 64 on sm_80 and sm_90, from the launcher
 #else
 constexpr int BLOCK_N_D128 = 32;      // keys per tile at D = 128 on the L4 (see the smem budget above)
+#endif
+// K/V stages per head dim: 2 on the L4 (sm_89, and sm_86) and sm_80, 3 on sm_90 (see the budget
+// above), passed by the launcher as -DATTN07_STAGES_D64=3 -DATTN07_STAGES_D128=3.
+#ifdef ATTN07_STAGES_D64
+constexpr int STAGES_D64 = ATTN07_STAGES_D64;
+#else
+constexpr int STAGES_D64 = 2;
+#endif
+#ifdef ATTN07_STAGES_D128
+constexpr int STAGES_D128 = ATTN07_STAGES_D128;
+#else
+constexpr int STAGES_D128 = 2;
 #endif
 // Two CTAs per SM is the design point (see the shared-memory budget above). Saying so lets
 // ptxas use up to 255 registers; with no hint it aims at 168 (three CTAs) and spills at D = 128.
@@ -146,7 +167,7 @@ __device__ __forceinline__ void load_tile(unsigned tile, const __half* head, int
 
 // PARTIAL: write this CTA's split of the keys to o_part and ml for attn_combine_07 (o unused);
 // otherwise o_part and ml are unused.
-template <int D, int BLOCK_N, int KV_SPLIT, bool SWIZZLE, bool DOUBLE_BUF, bool ONE_BARRIER, bool PARTIAL>
+template <int D, int BLOCK_N, int KV_SPLIT, bool SWIZZLE, int STAGES, bool ONE_BARRIER, bool PARTIAL>
 __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const __half* __restrict__ k,
                                             const __half* __restrict__ v, __half* __restrict__ o,
                                             float* __restrict__ o_part, float* __restrict__ ml,
@@ -156,7 +177,7 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
     constexpr int SUB_N = BLOCK_N / KV_SPLIT;    // keys of each tile one group multiplies
     static_assert(WARPS % KV_SPLIT == 0, "whole warps per key group");
     static_assert(D % 16 == 0 && SUB_N % 16 == 0, "whole m16n8k16 steps");
-    static_assert(DOUBLE_BUF || !ONE_BARRIER, "one stage needs the second barrier before its refill");
+    static_assert(STAGES >= 1 && (STAGES >= 2 || !ONE_BARRIER), "one stage needs the second barrier before its refill");
     static_assert(!PARTIAL || KV_SPLIT == 1, "one route to split the keys at a time");
     constexpr int ROW_BYTES = D * 2;
     constexpr int Q_BYTES = BLOCK_M * ROW_BYTES;
@@ -166,7 +187,7 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
     constexpr int P_STEPS = SUB_N / 16;    // k-steps of O += P V (over the keys)
     constexpr int O_BLOCKS = D / 8;        // n-blocks of O (8 head-dim columns each)
 
-    // Shared memory: [Q | K stage 0 | V stage 0 | K stage 1 | V stage 1] (stage 1 only when DOUBLE_BUF).
+    // Shared memory: [Q | K stage 0 | V stage 0 | K stage 1 | V stage 1 | ...], STAGES K/V pairs.
     extern __shared__ __align__(128) unsigned char smem[];
     const unsigned q_tile = attn::smem_u32(smem);
     auto k_tile = [&](int stage) { return q_tile + Q_BYTES + stage * 2 * KV_BYTES; };
@@ -202,10 +223,18 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
         }
     }
 
+    // Prologue: Q and the first STAGES - 1 key tiles, one commit group per tile (Q rides in the
+    // first; with one stage, in the loop's first). A group is committed even when its tile is past
+    // the last, so that "all but the newest n groups" always names the same tiles.
     load_tile<D, BLOCK_M, SWIZZLE>(q_tile, q, q0, L, tid);
-    load_tile<D, BLOCK_N, SWIZZLE>(k_tile(0), k, tile0 * BLOCK_N, L, tid);
-    load_tile<D, BLOCK_N, SWIZZLE>(v_tile(0), v, tile0 * BLOCK_N, L, tid);
-    attn::cp_async_commit();
+#pragma unroll
+    for (int p = 0; p < STAGES - 1; ++p) {
+        if (tile0 + p < tile1) {
+            load_tile<D, BLOCK_N, SWIZZLE>(k_tile(p), k, (tile0 + p) * BLOCK_N, L, tid);
+            load_tile<D, BLOCK_N, SWIZZLE>(v_tile(p), v, (tile0 + p) * BLOCK_N, L, tid);
+        }
+        attn::cp_async_commit();
+    }
 
     unsigned q_frag[K_STEPS][4];  // A operands of Q for the whole loop
     float o_acc[O_BLOCKS][4];     // C layout: [0],[1] row g, cols 2t, 2t+1; [2],[3] row g+8
@@ -225,32 +254,28 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
 #pragma unroll
     for (int h = 0; h < 2; ++h) key_limit[h] = causal ? min(L - 1, warp_row0 + g + 8 * h) : L - 1;
 
+    // Tile j lives in stage (j - tile0) % STAGES; the prefetch of tile j + STAGES - 1 refills the
+    // stage of tile j - 1.
     for (int j = tile0; j < tile1; ++j) {
-        const int stage = DOUBLE_BUF ? ((j - tile0) & 1) : 0;
+        const int stage = static_cast<unsigned>(j - tile0) % STAGES;
+        const int next = j + STAGES - 1, next_stage = stage == 0 ? STAGES - 1 : stage - 1;  // tile j-1's
         if constexpr (ONE_BARRIER) {
-            attn::cp_async_wait<0>();  // this thread's copies of tile j (and Q) have landed
+            attn::cp_async_wait<STAGES - 2>();  // this thread's copies of tile j (and Q) have landed
             __syncthreads();  // one barrier per tile: everyone's have, and every warp is done with tile j-1
-            if (j + 1 < tile1) {  // so its stage, the other one, takes tile j+1 while tile j is used
-                load_tile<D, BLOCK_N, SWIZZLE>(k_tile(stage ^ 1), k, (j + 1) * BLOCK_N, L, tid);
-                load_tile<D, BLOCK_N, SWIZZLE>(v_tile(stage ^ 1), v, (j + 1) * BLOCK_N, L, tid);
-                attn::cp_async_commit();
+            if (next < tile1) {  // so its stage takes tile j + STAGES - 1 while tile j is used
+                load_tile<D, BLOCK_N, SWIZZLE>(k_tile(next_stage), k, next * BLOCK_N, L, tid);
+                load_tile<D, BLOCK_N, SWIZZLE>(v_tile(next_stage), v, next * BLOCK_N, L, tid);
             }
+            attn::cp_async_commit();  // possibly empty: the wait at tile j + 1 then leaves only later tiles pending
         } else {
-            if constexpr (DOUBLE_BUF) {
-                if (j + 1 < tile1) {  // prefetch tile j+1 into the other stage (freed by the last barrier)
-                    load_tile<D, BLOCK_N, SWIZZLE>(k_tile(stage ^ 1), k, (j + 1) * BLOCK_N, L, tid);
-                    load_tile<D, BLOCK_N, SWIZZLE>(v_tile(stage ^ 1), v, (j + 1) * BLOCK_N, L, tid);
-                }
-                attn::cp_async_commit();   // possibly empty: keeps "all but the newest group" = tile j
-                attn::cp_async_wait<1>();
-            } else {
-                if (j > tile0) {
-                    load_tile<D, BLOCK_N, SWIZZLE>(k_tile(0), k, j * BLOCK_N, L, tid);
-                    load_tile<D, BLOCK_N, SWIZZLE>(v_tile(0), v, j * BLOCK_N, L, tid);
-                    attn::cp_async_commit();
-                }
-                attn::cp_async_wait<0>();
+            // Two barriers: the refilled stage was freed by the barrier at the end of the last
+            // iteration. With one stage that is tile j's own: its copy starts only now.
+            if (next < tile1) {
+                load_tile<D, BLOCK_N, SWIZZLE>(k_tile(next_stage), k, next * BLOCK_N, L, tid);
+                load_tile<D, BLOCK_N, SWIZZLE>(v_tile(next_stage), v, next * BLOCK_N, L, tid);
             }
+            attn::cp_async_commit();   // possibly empty: keeps "all but the newest STAGES - 1 groups" = up to tile j
+            attn::cp_async_wait<STAGES - 1>();
             __syncthreads();  // every thread's copies of tile j (and Q) are now visible to all
         }
 
@@ -462,52 +487,52 @@ __host__ __device__ constexpr bool split_fits() {
     return WARPS % KV_SPLIT == 0 && BLOCK_N % KV_SPLIT == 0 && (BLOCK_N / KV_SPLIT) % 16 == 0;
 }
 
-template <int D, int BLOCK_N, int KV_SPLIT, bool SWIZZLE, bool DOUBLE_BUF, bool ONE_BARRIER>
+template <int D, int BLOCK_N, int KV_SPLIT, bool SWIZZLE, int STAGES, bool ONE_BARRIER>
 __device__ __forceinline__ void run_07(const __half* q, const __half* k, const __half* v, __half* o, int L,
                                        float scale, int causal) {
     if constexpr (split_fits<BLOCK_N, KV_SPLIT>())
-        attn_fwd_07<D, BLOCK_N, KV_SPLIT, SWIZZLE, DOUBLE_BUF, ONE_BARRIER, false>(q, k, v, o, nullptr, nullptr, L,
-                                                                                  scale, causal);
+        attn_fwd_07<D, BLOCK_N, KV_SPLIT, SWIZZLE, STAGES, ONE_BARRIER, false>(q, k, v, o, nullptr, nullptr, L, scale,
+                                                                              causal);
 }
 
 constexpr int COMBINE_THREADS = 128;  // attn_combine_07's block (the registry mirrors it)
 }  // namespace
 
 // One extern "C" entry per head dim and variant (template arguments: D, BLOCK_N, KV_SPLIT,
-// SWIZZLE, DOUBLE_BUF, ONE_BARRIER). The registry maps the runtime D, and for 07_mma the split it
+// SWIZZLE, STAGES, ONE_BARRIER). The registry maps the runtime D, and for 07_mma the split it
 // picks, to the entry; the D argument is part of the common signature and fixed here.
-#define ATTN07_ENTRY(NAME, D, BLOCK_N, KV_SPLIT, SWIZZLE, DOUBLE_BUF, ONE_BARRIER)                              \
+#define ATTN07_ENTRY(NAME, D, BLOCK_N, KV_SPLIT, SWIZZLE, STAGES, ONE_BARRIER)                                  \
     extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS_PER_SM)                                     \
     NAME(const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,             \
          __half* __restrict__ o, int L, int D_, float scale, int causal) {                                     \
-        run_07<D, BLOCK_N, KV_SPLIT, SWIZZLE, DOUBLE_BUF, ONE_BARRIER>(q, k, v, o, L, scale, causal);          \
+        run_07<D, BLOCK_N, KV_SPLIT, SWIZZLE, STAGES, ONE_BARRIER>(q, k, v, o, L, scale, causal);              \
     }
 
-ATTN07_ENTRY(attn_fwd_07_mma_d64, 64, BLOCK_N_D64, 1, true, true, true)
-ATTN07_ENTRY(attn_fwd_07_mma_d128, 128, BLOCK_N_D128, 1, true, true, true)
-ATTN07_ENTRY(attn_fwd_07_mma_split2_d64, 64, BLOCK_N_D64, 2, true, true, true)
-ATTN07_ENTRY(attn_fwd_07_mma_split2_d128, 128, BLOCK_N_D128, 2, true, true, true)
-ATTN07_ENTRY(attn_fwd_07_mma_split4_d64, 64, BLOCK_N_D64, 4, true, true, true)
+ATTN07_ENTRY(attn_fwd_07_mma_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true)
+ATTN07_ENTRY(attn_fwd_07_mma_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, true)
+ATTN07_ENTRY(attn_fwd_07_mma_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true)
+ATTN07_ENTRY(attn_fwd_07_mma_split2_d128, 128, BLOCK_N_D128, 2, true, STAGES_D128, true)
+ATTN07_ENTRY(attn_fwd_07_mma_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true)
 // A 4-way split at D = 128 needs the 64-key tile (16 keys per group); with 32 it compiles to nothing.
-ATTN07_ENTRY(attn_fwd_07_mma_split4_d128, 128, BLOCK_N_D128, 4, true, true, true)
-ATTN07_ENTRY(attn_fwd_07_mma_two_barriers_d64, 64, BLOCK_N_D64, 1, true, true, false)
-ATTN07_ENTRY(attn_fwd_07_mma_two_barriers_d128, 128, BLOCK_N_D128, 1, true, true, false)
-ATTN07_ENTRY(attn_fwd_07_mma_noswizzle_d64, 64, BLOCK_N_D64, 1, false, true, true)
-ATTN07_ENTRY(attn_fwd_07_mma_noswizzle_d128, 128, BLOCK_N_D128, 1, false, true, true)
-ATTN07_ENTRY(attn_fwd_07_mma_single_buffer_d64, 64, BLOCK_N_D64, 1, true, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_single_buffer_d128, 128, BLOCK_N_D128, 1, true, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_split4_d128, 128, BLOCK_N_D128, 4, true, STAGES_D128, true)
+ATTN07_ENTRY(attn_fwd_07_mma_two_barriers_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, false)
+ATTN07_ENTRY(attn_fwd_07_mma_two_barriers_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, false)
+ATTN07_ENTRY(attn_fwd_07_mma_noswizzle_d64, 64, BLOCK_N_D64, 1, false, STAGES_D64, true)
+ATTN07_ENTRY(attn_fwd_07_mma_noswizzle_d128, 128, BLOCK_N_D128, 1, false, STAGES_D128, true)
+ATTN07_ENTRY(attn_fwd_07_mma_single_buffer_d64, 64, BLOCK_N_D64, 1, true, 1, false)
+ATTN07_ENTRY(attn_fwd_07_mma_single_buffer_d128, 128, BLOCK_N_D128, 1, true, 1, false)
 
 // FlashAttention-2's split across CTAs (07_mma_split_ctas): the partial kernel (grid z = splits),
 // then the combine.
-#define ATTN07_PARTIAL_ENTRY(NAME, D, BLOCK_N)                                                                 \
+#define ATTN07_PARTIAL_ENTRY(NAME, D, BLOCK_N, STAGES)                                                         \
     extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS_PER_SM)                                     \
     NAME(const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,             \
          float* __restrict__ o_part, float* __restrict__ ml, int L, int D_, float scale, int causal) {         \
-        attn_fwd_07<D, BLOCK_N, 1, true, true, true, true>(q, k, v, nullptr, o_part, ml, L, scale, causal);    \
+        attn_fwd_07<D, BLOCK_N, 1, true, STAGES, true, true>(q, k, v, nullptr, o_part, ml, L, scale, causal);  \
     }
 
-ATTN07_PARTIAL_ENTRY(attn_fwd_07_mma_partial_d64, 64, BLOCK_N_D64)
-ATTN07_PARTIAL_ENTRY(attn_fwd_07_mma_partial_d128, 128, BLOCK_N_D128)
+ATTN07_PARTIAL_ENTRY(attn_fwd_07_mma_partial_d64, 64, BLOCK_N_D64, STAGES_D64)
+ATTN07_PARTIAL_ENTRY(attn_fwd_07_mma_partial_d128, 128, BLOCK_N_D128, STAGES_D128)
 
 // O of each of `rows` = B*H*L rows from its `splits` partials: the merge of the CTA split above,
 // through global memory. One thread per 4 columns of a row (float4 reads; consecutive threads,

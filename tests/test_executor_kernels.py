@@ -5,9 +5,10 @@ reads, deadlocks, barrier and mask misuse), over
   takes it; causal and not; three seeds (each draws the inputs, the order the executor runs warps
   and lanes in, and its WMMA fragment layouts).
 For chapter 4 that is its row-softmax kernel on the executor between the two GEMMs in torch at
-the GPU path's precisions. Chapter 7's kernels run again at D = 128 with the 64-key tiles they
-take on sm_80 and sm_90 (registry._mma07_arch_tiles), as "<id>@sm_90". The cases run in a few processes in parallel; each kernel's verdict is
-its own test."""
+the GPU path's precisions. Chapter 7's kernels run again with the tiles they take on sm_90
+(registry._mma07_arch_tiles: 64-key tiles at D = 128, three K/V stages at D = 64 and 128), as
+"<id>@sm_90", at each head dim where those differ from the source's. The cases run in a few
+processes in parallel; each kernel's verdict is its own test."""
 from __future__ import annotations
 
 import os
@@ -18,17 +19,27 @@ import pytest
 
 from attnlab import registry
 from attnlab.cpu import CPU_SCHEDULE_SEEDS, check_case_cpu, cpu_shapes, library_for
+from attnlab.shapes import Shape
 
 # The other architecture whose tiles the suite runs, and the head dims where they differ from the source's.
 OTHER_ARCH = "sm_90"
-OTHER_TILES = {kid: (128,) for kid in registry.KERNELS if kid.startswith("07_")
-               and registry.get(kid, OTHER_ARCH).defines}
+
+
+def _dims_whose_tiles_differ(kid: str) -> tuple[int, ...]:
+    """The head dims where `kid` runs other tiles on OTHER_ARCH, or runs only there: a key tile or a
+    number of stages that differs is shared memory that differs (the single-buffer ablation's one
+    stage does not)."""
+    spec, other = registry.KERNELS[kid], registry.get(kid, OTHER_ARCH)
+    shape = lambda D: Shape(1, 1, 4096, D)  # noqa: E731
+    return tuple(D for D in sorted(other.head_dims or ()) if not spec.supports_head_dim(D)
+                 or other.launch_config(shape(D))["dynamic_smem"] != spec.launch_config(shape(D))["dynamic_smem"])
+
+
+OTHER_TILES = {kid: dims for kid in registry.KERNELS if (dims := _dims_whose_tiles_differ(kid))}
 KERNEL_IDS = [spec.id for spec in registry.select(None)] + [f"{kid}@{OTHER_ARCH}" for kid in OTHER_TILES]
 
 
-def _spec(label: str):
-    kid, _, arch = label.partition("@")
-    return registry.get(kid, arch or None)
+_spec = registry.by_label
 
 
 def _run_cases(label: str, cases):
@@ -70,9 +81,12 @@ def results():
 def test_the_grid_covers_every_kernel_and_the_issue_shapes():
     ids = {kid for kid, _ in _work()}
     assert ids == set(KERNEL_IDS) and len(registry.KERNELS) == 20
-    # every chapter-7 id runs D = 128 again with the 64-key tiles of sm_80 and sm_90
+    # every chapter-7 id runs D = 64 and 128 again with sm_90's tiles: 64 keys at D = 128, 3 stages
     assert sorted(OTHER_TILES) == sorted(k for k in registry.KERNELS if k.startswith("07_"))
+    assert all(dims == (64, 128) for kid, dims in OTHER_TILES.items() if kid != "07_mma_single_buffer")
     assert all(_spec(f"{k}@{OTHER_ARCH}").config["ATTN07_BLOCK_N_D128"] == 64 for k in OTHER_TILES)
+    assert all(_spec(f"{k}@{OTHER_ARCH}").config["ATTN07_STAGES_D64"] == 3 for k in OTHER_TILES)
+    assert OTHER_TILES["07_mma_single_buffer"] == (128,)  # one stage everywhere; 64 keys at D = 128
     lengths = {shape.L for _, cases in _work() for shape, _, _ in cases}
     assert {1, 2, 15, 17, 63, 65, 127, 129, 200} <= lengths
     seven = [cases for kid, cases in _work() if kid == "07_mma"]

@@ -1,7 +1,8 @@
 """Chapter 7 without a GPU: what ptxas and the SASS say about kernels/07_mma_swizzle.cu.
 
 One build per architecture (sm_80, sm_89, sm_90), with the tiles the registry gives that
-architecture (64-key tiles at D = 128 on sm_80 and sm_90, the source's 32 on sm_89), holds every
+architecture (64-key tiles at D = 128 on sm_80 and sm_90, the source's 32 on sm_89; three K/V
+stages at both head dims on sm_90, the source's two elsewhere), holds every
 entry (D = 64 and 128, for the kernel, its key splits and its ablations). For each entry the
 architecture runs: no spill, shared memory within one block's limit there, two CTAs per SM by
 shared memory and by registers, and the instruction mix the design promises (tensor-core MMAs,
@@ -37,29 +38,45 @@ THREADS, BLOCK_M = 32 * WARPS, 16 * WARPS
 BLOCK_N = {64: _const("BLOCK_N_D64"), 128: _const("BLOCK_N_D128")}  # what the file compiles to on its own
 
 
+STAGES = {64: _const("STAGES_D64"), 128: _const("STAGES_D128")}
+
+
 def block_n(spec) -> dict[int, int]:
     """The key tiles of a build of `spec` (its architecture's, or the source's)."""
     return {D: spec.config[f"ATTN07_BLOCK_N_D{D}"] for D in (64, 128)}
 
 
-def _entries() -> dict[str, tuple[int, int, bool, bool, bool]]:
-    """entry -> (D, key split, swizzle, double buffer, one barrier), from the ATTN07_ENTRY lines."""
+def stages(spec) -> dict[int, int]:
+    """The K/V stages of a build of `spec` per head dim."""
+    return {D: spec.config[f"ATTN07_STAGES_D{D}"] for D in (64, 128)}
+
+
+def _entries() -> dict[str, tuple[int, int, bool, int | None, bool]]:
+    """entry -> (D, key split, swizzle, stages (None: the build's STAGES_D<D>), one barrier), from
+    the ATTN07_ENTRY lines."""
     assert re.search(r"extern \"C\" __global__ void __launch_bounds__\(THREADS, MIN_CTAS_PER_SM\)", SRC)
-    found = re.findall(r"^ATTN07_ENTRY\((attn_fwd_07_\w+), (\d+), BLOCK_N_D\2, (\d+), (true|false), (true|false), "
-                       r"(true|false)\)$", SRC, re.M)
+    found = re.findall(r"^ATTN07_ENTRY\((attn_fwd_07_\w+), (\d+), BLOCK_N_D\2, (\d+), (true|false), "
+                       r"(STAGES_D\2|1), (true|false)\)$", SRC, re.M)
     assert len(found) == SRC.count("\nATTN07_ENTRY(")
-    return {name: (int(d), int(split), sw == "true", db == "true", ob == "true") for name, d, split, sw, db, ob in found}
+    return {name: (int(d), int(split), sw == "true", None if st.startswith("STAGES") else int(st), ob == "true")
+            for name, d, split, sw, st, ob in found}
+
+
+def entry_stages(entry: str, st: dict) -> int:
+    """The K/V stages `entry` has in a build whose stages per head dim are `st`."""
+    D, fixed = ENTRIES[entry][0], ENTRIES[entry][3]
+    return st[D] if fixed is None else fixed
 
 
 ENTRIES = _entries()
 # FlashAttention-2's route (07_mma_split_ctas): partial entry -> D, and the combine kernel.
 PARTIALS = {name: int(d) for name, d in re.findall(r"^ATTN07_PARTIAL_ENTRY\((attn_fwd_07_mma_partial_d(\d+)), \2, "
-                                                    r"BLOCK_N_D\2\)$", SRC, re.M)}
+                                                    r"BLOCK_N_D\2, STAGES_D\2\)$", SRC, re.M)}
 COMBINE = "attn_combine_07"
 
 
-def _smem(D: int, double_buf: bool, split: int = 1, bn: dict | None = None) -> int:
-    return 2 * D * (BLOCK_M // split + (2 if double_buf else 1) * 2 * (bn or BLOCK_N)[D])
+def _smem(D: int, n_stages: int, split: int = 1, bn: dict | None = None) -> int:
+    return 2 * D * (BLOCK_M // split + n_stages * 2 * (bn or BLOCK_N)[D])
 
 
 def _runs(entry: str, bn: dict) -> bool:
@@ -69,11 +86,12 @@ def _runs(entry: str, bn: dict) -> bool:
     return bn[D] % split == 0 and (bn[D] // split) % 16 == 0
 
 
-def _built(kernel_id: str, arch: str):
-    """(arch, ptxas's resources and SASS per function, key tiles) of `kernel_id` built for `arch`."""
-    spec = registry.get(kernel_id, arch)
+def _built(kernel_id: str, arch: str, config: dict | None = None):
+    """(arch, ptxas's resources and SASS per function, key tiles, stages) of `kernel_id` built for
+    `arch` (with `config` over its tiles there)."""
+    spec = registry.get(kernel_id, arch).with_config(config or {})
     b = static_build(spec, arch)
-    return arch, {f.name: f for f in parse_ptxas(b.ptxas)}, sass_by_function(b.sass), block_n(spec)
+    return arch, {f.name: f for f in parse_ptxas(b.ptxas)}, sass_by_function(b.sass), block_n(spec), stages(spec)
 
 
 @pytest.fixture(scope="module", params=ARCHES)
@@ -87,34 +105,57 @@ def cta_split_build(request):
     return _built("07_mma_split_ctas", request.param)
 
 
-def test_the_key_tile_follows_the_shared_memory_of_each_architecture():
-    """The largest tile (up to 64 keys) that lets MIN_CTAS_PER_SM double-buffered CTAs share an SM."""
+def test_the_key_tile_and_the_stages_follow_the_shared_memory_of_each_architecture():
+    """The largest tile (up to 64 keys) that lets MIN_CTAS_PER_SM CTAs share an SM, then the most
+    stages (up to 3) that keep as many CTAs per SM as two stages do."""
     assert {a: block_n(registry.get("07_mma", a))[128] for a in ARCHES} == {"sm_80": 64, "sm_89": 32, "sm_90": 64}
-    assert block_n(registry.get("07_mma", "sm_86"))[128] == 32
+    assert {a: stages(registry.get("07_mma", a)) for a in ARCHES} == {
+        "sm_80": STAGES, "sm_89": STAGES, "sm_90": {64: 3, 128: 3}}
+    assert STAGES == {64: 2, 128: 2} and registry._MMA07_STAGES == STAGES
+    sm_86 = registry.get("07_mma", "sm_86")
+    assert block_n(sm_86)[128] == 32 and stages(sm_86) == STAGES
     for arch in SM_LIMITS:
         spec = registry.get("07_mma", arch)
-        for D, bn in block_n(spec).items():
+        bn, st = block_n(spec), stages(spec)
+        regs = registry._MMA07_REGISTERS
+        for D in (64, 128):
             smem = spec.dynamic_smem(Shape(1, 1, 4096, D))
-            assert smem == _smem(D, True, 1, {D: bn}) <= SM_LIMITS[arch].smem_per_block
-            assert occupancy(arch, THREADS, 0, smem).blocks_per_sm >= MIN_CTAS, (arch, D)
-            if bn < registry._MMA07_MAX_BLOCK_N:  # the next tile up would leave one CTA per SM
-                assert occupancy(arch, THREADS, 0, _smem(D, True, 1, {D: 2 * bn})).blocks_per_sm < MIN_CTAS
-    # every chapter-7 id takes the kernel's tiles (FA2's route the source's on sm_80, below)
+            assert smem == _smem(D, st[D], 1, bn) <= SM_LIMITS[arch].smem_per_block
+            ctas = occupancy(arch, THREADS, regs[D], smem).blocks_per_sm
+            two_stages = occupancy(arch, THREADS, regs[D], _smem(D, STAGES[D], 1, bn)).blocks_per_sm
+            assert ctas >= MIN_CTAS and ctas == two_stages, (arch, D)
+            if bn[D] < registry._MMA07_MAX_BLOCK_N:  # the next tile up would leave one CTA per SM
+                assert occupancy(arch, THREADS, 0, _smem(D, STAGES[D], 1, {D: 2 * bn[D]})).blocks_per_sm < MIN_CTAS
+            if st[D] < registry._MMA07_MAX_STAGES:  # one more stage would cost a CTA (or not fit)
+                more = _smem(D, st[D] + 1, 1, bn)
+                assert (more > SM_LIMITS[arch].smem_per_block
+                        or occupancy(arch, THREADS, regs[D], more).blocks_per_sm < max(MIN_CTAS, two_stages))
+    # the A100's case: a third stage at D = 64 fits two CTAs but not the three its registers allow
+    assert occupancy("sm_80", THREADS, regs[64], _smem(64, 3)).blocks_per_sm == 2
+    assert occupancy("sm_80", THREADS, regs[64], _smem(64, 2)).blocks_per_sm == 3
+    # every chapter-7 id takes the kernel's tiles (FA2's route less where its partial spills, below)
     for kid in IDS:
-        assert block_n(registry.get(kid, "sm_90")) == {64: 64, 128: 64}
+        spec = registry.get(kid, "sm_90")
+        assert block_n(spec) == {64: 64, 128: 64} and stages(spec) == {64: 3, 128: 3}
     assert registry.get("07_mma", "sm_90").config_label() == "default"  # the chapter's own configuration there
 
 
-def test_fa2_route_keeps_the_source_tiles_on_sm_80_because_its_partial_spills_there(build):
-    """With 64-key tiles at D = 128 the partial kernel runs out of registers on sm_80: the registry
-    names the exception, and this build shows it is still needed (drop the exception when not)."""
-    arch, resources, _, bn = build
+def test_fa2_route_takes_less_only_where_its_partial_spills_with_the_kernels_tiles(build):
+    """At the kernel's tiles the partial kernel runs out of registers at D = 128 on sm_80 (64 keys)
+    and sm_90 (3 stages): the registry names the exceptions, and this build shows each is still
+    needed (drop one when its spill is gone)."""
+    arch, resources, _, bn, st = build
     spec = registry.get("07_mma_split_ctas", arch)
-    if arch in registry._MMA07_PARTIAL_SPILLS_AT_ARCH_TILES:
-        assert bn[128] == 64 and resources["attn_fwd_07_mma_partial_d128"].spills
-        assert block_n(spec) == BLOCK_N
+    spills = resources["attn_fwd_07_mma_partial_d128"].spills
+    assert spills == (arch in registry._MMA07_PARTIAL_TOPS)
+    if spills:
+        top_bn, top_st = registry._MMA07_PARTIAL_TOPS[arch]
+        assert (block_n(spec), stages(spec)) != (bn, st)
+        assert all(block_n(spec)[D] == top for D, top in top_bn.items())
+        assert all(stages(spec)[D] == top for D, top in top_st.items())
+        assert block_n(spec)[64] == bn[64] and stages(spec)[64] == st[64]  # D = 64 as the kernel's
     else:
-        assert block_n(spec) == bn
+        assert (block_n(spec), stages(spec)) == (bn, st)
 
 
 def _opcodes(lines: list[str]):
@@ -142,7 +183,7 @@ def test_registry_names_every_entry_with_its_head_dim():
     assert named["sm_89"] == set(ENTRIES) - {"attn_fwd_07_mma_split4_d128"}
     # the kernel may run every split entry; each fixed-split variant runs only its own
     assert set(registry.get("07_mma").entries_at_head_dim(64)) == {e for e, v in ENTRIES.items()
-                                                                   if v[0] == 64 and v[2:] == (True, True, True)}
+                                                                   if v[0] == 64 and v[2:] == (True, None, True)}
 
 
 @pytest.mark.parametrize("arch", ARCHES)
@@ -154,11 +195,12 @@ def test_registry_mirrors_the_kernel_constants(kid, arch):
         for L in (1, 17, 64, 65, 4096):
             shape = Shape(2, 3, L, D)
             cfg = spec.launch_config(shape)
-            _, split, sw, db, ob = ENTRIES[cfg["entry"]]
+            split = ENTRIES[cfg["entry"]][1]
             assert cfg["kv_split"] == split and _runs(cfg["entry"], bn)
             assert spec.block(shape) == (THREADS, 1, 1)
             assert spec.grid(shape) == (-(-L // (BLOCK_M // split)), 6, 1)
-            assert spec.dynamic_smem(shape) == _smem(D, db, split, bn) <= SM_LIMITS[arch].smem_per_block
+            n_stages = entry_stages(cfg["entry"], stages(spec))
+            assert spec.dynamic_smem(shape) == _smem(D, n_stages, split, bn) <= SM_LIMITS[arch].smem_per_block
     assert registry._MMA07_WARPS == WARPS and registry._MMA07_BLOCK_N == BLOCK_N
     # the fixed split of 4 runs D = 128 only where the tile is 64 keys (16 per group)
     if kid == "07_mma_split4":
@@ -166,30 +208,33 @@ def test_registry_mirrors_the_kernel_constants(kid, arch):
 
 
 def test_resources_no_spill_smem_and_two_ctas_per_sm(build):
-    arch, resources, _, bn = build
+    arch, resources, _, bn, st = build
     assert set(resources) == set(ENTRIES) | set(PARTIALS) | {COMBINE}
-    for name, (D, split, _, db, _) in ENTRIES.items():
+    for name, (D, split, *_rest) in ENTRIES.items():
         if not _runs(name, bn):
             continue
         f = resources[name]
         assert not f.spills and f.stack_bytes == 0, f"{name} on {arch}: {f}"
-        smem = f.static_smem + _smem(D, db, split, bn)
+        smem = f.static_smem + _smem(D, entry_stages(name, st), split, bn)
         assert smem <= SM_LIMITS[arch].smem_per_block
         assert occupancy(arch, THREADS, f.registers, smem).blocks_per_sm >= MIN_CTAS, f"{name} on {arch}"
         # the register file must hold MIN_CTAS_PER_SM CTAs (allocation: 8 registers per thread)
         assert MIN_CTAS * THREADS * (-(-f.registers // 8) * 8) <= MAX_REGS_PER_SM, f"{name}: {f.registers} regs"
+        # and the bound the registry's choice of stages counts CTAs with holds
+        assert f.registers <= registry._MMA07_REGISTERS[D], f"{name} on {arch}: {f.registers} registers"
 
 
-def _expected(D: int, split: int, tiles: dict) -> dict[str, int]:
+def _expected(D: int, split: int, tiles: dict, n_stages: int) -> dict[str, int]:
     """Per-thread instruction counts of one build, with the loop body compiled once. A warp
-    multiplies its group's slice of each tile: SUB_N = BLOCK_N / split keys."""
+    multiplies its group's slice of each tile: SUB_N = BLOCK_N / split keys. The prologue copies
+    n_stages - 1 tiles ahead."""
     bn, sub_n = tiles[D], tiles[D] // split
     q_copies, kv_copies = BLOCK_M // split * D // 8 // THREADS, bn * D // 8 // THREADS
     return {
         "HMMA.16816.F32": (D // 16) * (sub_n // 8) + (sub_n // 16) * (D // 8),  # S = Q K^T, then O += P V
         "LDSM.16.M88.4": D // 16 + (D // 16) * (sub_n // 16),                    # Q once, K per tile
         "LDSM.16.MT88.4": (sub_n // 16) * (D // 16),                             # V, transposed
-        "LDGSTS.E.BYPASS.128": q_copies + 2 * kv_copies + 2 * kv_copies,         # prologue Q, K0, V0; loop K, V
+        "LDGSTS.E.BYPASS.128": q_copies + (n_stages - 1) * 2 * kv_copies + 2 * kv_copies,  # prologue; loop K, V
         "SHFL.BFLY": 4 + 4,                                                      # max and sum, 2 rows x (xor 1, 2)
         # p per score, 2 corrections; the merge: 2 rows x 2 factors per other group
         "MUFU.EX2": (sub_n // 8) * 4 + 2 + 4 * (split - 1),
@@ -198,12 +243,12 @@ def _expected(D: int, split: int, tiles: dict) -> dict[str, int]:
 
 
 def test_sass_has_the_promised_instruction_mix(build):
-    arch, _, sass, bn = build
-    for name, (D, split, _, _, _) in ENTRIES.items():
+    arch, _, sass, bn, st = build
+    for name, (D, split, *_rest) in ENTRIES.items():
         if not _runs(name, bn):
             continue
         ops = _opcodes(sass[name])
-        for op, n in _expected(D, split, bn).items():
+        for op, n in _expected(D, split, bn, entry_stages(name, st)).items():
             assert ops[op] == n, f"{name} on {arch}: {op} x{ops[op]}, expected {n}"
         assert not any(op.startswith(("LDL", "STL")) for op in ops), f"{name}: local memory"
         assert not any(op.startswith("STG") and op != "STG.E.128" for op in ops), f"{name}: narrow stores"
@@ -211,9 +256,10 @@ def test_sass_has_the_promised_instruction_mix(build):
 
 
 def test_ablations_differ_only_as_intended(build):
-    arch, _, sass, bn = build
-    core = ("HMMA.16816.F32", "LDSM.16.M88.4", "LDSM.16.MT88.4", "LDGSTS.E.BYPASS.128", "SHFL.BFLY", "MUFU.EX2",
-            "STG.E.128", "F2FP.F16.F32.PACK_AB")
+    arch, _, sass, bn, st = build
+    # (the copies differ by the stages the prologue fills: _expected holds each entry to its own)
+    core = ("HMMA.16816.F32", "LDSM.16.M88.4", "LDSM.16.MT88.4", "SHFL.BFLY", "MUFU.EX2", "STG.E.128",
+            "F2FP.F16.F32.PACK_AB")
     for D in (64, 128):
         om = _opcodes(sass[f"attn_fwd_07_mma_d{D}"])
         others = {kind: _opcodes(sass[f"attn_fwd_07_mma_{kind}_d{D}"])
@@ -233,18 +279,20 @@ def test_ablations_differ_only_as_intended(build):
     for D in (64, 128):
         main, two, plain, single = (sass[f"attn_fwd_07_mma{kind}_d{D}"]
                                     for kind in ("", "_two_barriers", "_noswizzle", "_single_buffer"))
-        # With one barrier the copy of tile j+1 is issued after the wait for tile j: wait_group 0.
-        # With two it is issued before, and one group (tile j+1) may stay in flight: wait_group 1.
+        # With one barrier the copy of tile j+STAGES-1 is issued after the wait for tile j, and the
+        # STAGES-2 tiles after j may stay in flight: wait_group STAGES-2. With two it is issued
+        # before, and STAGES-1 may: wait_group STAGES-1 (0 with one stage).
         waits = lambda lines: sorted(l for l in lines if l.startswith("DEPBAR"))  # noqa: E731
-        assert waits(main) == waits(plain) == waits(single) == ["DEPBAR.LE SB0, 0x0"]
-        assert waits(two) == ["DEPBAR.LE SB0, 0x1"]
+        assert waits(main) == waits(plain) == [f"DEPBAR.LE SB0, {st[D] - 2:#x}"]
+        assert waits(two) == [f"DEPBAR.LE SB0, {st[D] - 1:#x}"]
+        assert waits(single) == ["DEPBAR.LE SB0, 0x0"]
 
 
 def test_fa2_route_is_the_kernel_with_another_epilogue_and_a_combine(cta_split_build):
     """The partial kernel's loop is the unsplit kernel's, instruction for instruction; only the
     epilogue differs (fp32 O by 8-byte stores, m and l, instead of fp16 O by 16-byte stores). The
     combine reads each split's O 16 bytes at a time and writes 8 bytes of O per thread."""
-    arch, resources, sass, bn = cta_split_build
+    arch, resources, sass, bn, st = cta_split_build
     assert sorted(PARTIALS.values()) == [64, 128]
     spec = registry.get("07_mma_split_ctas", arch)
     assert {spec.entries_by_split[2][D] for D in (64, 128)} == set(PARTIALS) and spec.helper_entries == (COMBINE,)
@@ -258,7 +306,7 @@ def test_fa2_route_is_the_kernel_with_another_epilogue_and_a_combine(cta_split_b
         f = resources[name]
         assert not f.spills and f.stack_bytes == 0 and f.static_smem == 0
         assert MIN_CTAS * THREADS * (-(-f.registers // 8) * 8) <= MAX_REGS_PER_SM, f"{name}: {f.registers} regs"
-        assert spec.dynamic_smem(Shape(1, 1, 512, D)) == _smem(D, True, 1, bn)
+        assert spec.dynamic_smem(Shape(1, 1, 512, D)) == _smem(D, st[D], 1, bn)
     ops, f = _opcodes(sass[COMBINE]), resources[COMBINE]
     assert ops["LDG.E.128.CONSTANT"] >= 1 and ops["STG.E.64"] == 1 and not f.spills and f.static_smem == 0
     combine_threads = int(re.search(r"constexpr int COMBINE_THREADS = (\d+);", SRC).group(1))

@@ -69,7 +69,7 @@ class Variant:
     BLOCK_N: int
     kv_split: int
     swizzle: bool
-    double_buf: bool
+    stages: int
     one_barrier: bool
 
     @property
@@ -78,35 +78,46 @@ class Variant:
 
     @property
     def smem_bytes(self) -> int:  # Q tile + stages x (K tile + V tile), as laid out in the kernel
-        return 2 * self.D * (self.block_m + (2 if self.double_buf else 1) * 2 * self.BLOCK_N)
+        return 2 * self.D * (self.block_m + self.stages * 2 * self.BLOCK_N)
 
 
-# The key tiles other GPUs take (registry._mma07_arch_tiles: 64 keys at D = 128 on sm_80 and sm_90).
-ARCH_TILES = sorted({(int(name[-3:].lstrip("D")), bn) for arch in ("sm_80", "sm_86", "sm_89", "sm_90")
-                     for name, bn in registry._mma07_arch_tiles(arch).items()})
+def _value(token: str) -> int:
+    return int(token) if token.isdigit() else _const(token)
+
+
+# The tiles other GPUs take where they differ from the source's: (D, keys per tile, stages) from
+# registry._mma07_arch_tiles (64 keys at D = 128 on sm_80 and sm_90; 3 stages at D = 64 and 128
+# on sm_90).
+ARCH_TILES = sorted({(D, tiles.get(f"ATTN07_BLOCK_N_D{D}", _const(f"BLOCK_N_D{D}")),
+                      tiles.get(f"ATTN07_STAGES_D{D}", _const(f"STAGES_D{D}")))
+                     for tiles in map(registry._mma07_arch_tiles, ("sm_80", "sm_86", "sm_89", "sm_90"))
+                     for D in (64, 128) if any(name.endswith(f"_D{D}") for name in tiles)})
 
 
 def _variants() -> dict[str, Variant]:
-    """Every ATTN07_ENTRY(name, D, BLOCK_N, KV_SPLIT, SWIZZLE, DOUBLE_BUF, ONE_BARRIER) of the source
-    with its own tiles, and again as "name@BLOCK_N" with each other architecture's tile at its D. A
-    split whose slice of the tile is not whole 16-key steps compiles to nothing and is left out."""
+    """Every ATTN07_ENTRY(name, D, BLOCK_N, KV_SPLIT, SWIZZLE, STAGES, ONE_BARRIER) of the source
+    with its own tiles, and again as "name@BLOCK_N/STAGES" with each other architecture's tiles at
+    its D (an entry with a fixed number of stages keeps it). A split whose slice of the tile is not
+    whole 16-key steps compiles to nothing and is left out."""
     out = {}
-    for m in re.finditer(r"^ATTN07_ENTRY\((attn_fwd_07_\w+), (\d+), (\w+), (\d+), (true|false), (true|false), "
+    for m in re.finditer(r"^ATTN07_ENTRY\((attn_fwd_07_\w+), (\d+), (\w+), (\d+), (true|false), (\w+), "
                          r"(true|false)\)$", SRC, re.M):
-        name, d, bn, split, sw, db, ob = m.groups()
-        tiles = [_const(bn) if not bn.isdigit() else int(bn)] + [t for D, t in ARCH_TILES if D == int(d)]
-        for i, tile in enumerate(tiles):
+        name, d, bn, split, sw, st, ob = m.groups()
+        tiles = [(_value(bn), _value(st))] + [(t, s if not st.isdigit() else int(st))
+                                              for D, t, s in ARCH_TILES if D == int(d)]
+        for i, (tile, stages) in enumerate(dict.fromkeys(tiles)):
             if (tile // int(split)) % 16 == 0:
-                label = name if i == 0 else f"{name}@{tile}"
-                out[label] = Variant(name, int(d), tile, int(split), sw == "true", db == "true", ob == "true")
+                label = name if i == 0 else f"{name}@{tile}/{stages}"
+                out[label] = Variant(name, int(d), tile, int(split), sw == "true", stages, ob == "true")
     return out
 
 
 VARIANTS = _variants()
 assert len({v.entry for v in VARIANTS.values()}) == SRC.count("\nATTN07_ENTRY(") >= 12
-assert ARCH_TILES == [(128, 64)] and "attn_fwd_07_mma_split4_d128@64" in VARIANTS
+assert ARCH_TILES == [(64, 64, 3), (128, 64, 2), (128, 64, 3)]
+assert {"attn_fwd_07_mma_split4_d128@64/2", "attn_fwd_07_mma_d128@64/3", "attn_fwd_07_mma_d64@64/3"} <= set(VARIANTS)
 MAIN = {64: VARIANTS["attn_fwd_07_mma_d64"], 128: VARIANTS["attn_fwd_07_mma_d128"]}
-MAIN_64_KEYS = VARIANTS["attn_fwd_07_mma_d128@64"]  # D = 128 on sm_80 and sm_90
+MAIN_64_KEYS = VARIANTS["attn_fwd_07_mma_d128@64/2"]  # D = 128 on sm_80 (and sm_90 with 3 stages)
 SPLITS = {e: var for e, var in VARIANTS.items() if var.kv_split > 1}
 F16, F32 = np.float16, np.float32
 NEG_INF = F32(-np.inf)
@@ -302,10 +313,13 @@ def run_cta(var: Variant, q, k, v, out, L: int, scale: float, causal: bool, bx: 
     kv_end = min(L, q0 + BM) if causal else L
     n_tiles = -(-kv_end // BN)
 
+    S = var.stages
     load_tile(sm, q_tile, q, q0, L, D, BM, SW)
-    load_tile(sm, k_tile(0), k, 0, L, D, BN, SW)
-    load_tile(sm, v_tile(0), v, 0, L, D, BN, SW)
-    sm.commit()
+    for p in range(S - 1):  # the first S - 1 tiles, one group each (committed even past the last)
+        if p < n_tiles:
+            load_tile(sm, k_tile(p), k, p * BN, L, D, BN, SW)
+            load_tile(sm, v_tile(p), v, p * BN, L, D, BN, SW)
+        sm.commit()
 
     o_acc = np.zeros((WARPS, 32, O_BLOCKS, 4), F32)
     m_run = np.full((WARPS, 32, 2), NEG_INF, F32)
@@ -315,25 +329,16 @@ def run_cta(var: Variant, q, k, v, out, L: int, scale: float, causal: bool, bx: 
                  for h in range(2)]
     q_frag = None
     for j in range(n_tiles):
-        stage = (j & 1) if var.double_buf else 0
-        if var.one_barrier:  # wait, (barrier,) then refill the other stage
-            sm.wait(0)
-            if j + 1 < n_tiles:
-                load_tile(sm, k_tile(stage ^ 1), k, (j + 1) * BN, L, D, BN, SW)
-                load_tile(sm, v_tile(stage ^ 1), v, (j + 1) * BN, L, D, BN, SW)
-                sm.commit()
-        elif var.double_buf:
-            if j + 1 < n_tiles:
-                load_tile(sm, k_tile(stage ^ 1), k, (j + 1) * BN, L, D, BN, SW)
-                load_tile(sm, v_tile(stage ^ 1), v, (j + 1) * BN, L, D, BN, SW)
-            sm.commit()
-            sm.wait(1)
-        else:
-            if j > 0:
-                load_tile(sm, k_tile(0), k, j * BN, L, D, BN, SW)
-                load_tile(sm, v_tile(0), v, j * BN, L, D, BN, SW)
-                sm.commit()
-            sm.wait(0)
+        stage, nxt = j % S, j + S - 1
+        nxt_stage = S - 1 if stage == 0 else stage - 1                # tile j-1's
+        if var.one_barrier:  # wait, (barrier,) then refill the stage of tile j-1
+            sm.wait(S - 2)
+        if nxt < n_tiles:
+            load_tile(sm, k_tile(nxt_stage), k, nxt * BN, L, D, BN, SW)
+            load_tile(sm, v_tile(nxt_stage), v, nxt * BN, L, D, BN, SW)
+        sm.commit()
+        if not var.one_barrier:  # two barriers: (the copy was issued first,) wait, barrier
+            sm.wait(S - 1)
         if j == 0:
             q_frag = [ldmatrix_x4(sm.halves, q_tile + tile_offset(row_warp * 16 + ldsm_row(LANE),
                                                                   2 * ks + ldsm_chunk(LANE), ROW_BYTES, SW))
@@ -603,7 +608,8 @@ def _check(var, shape, causal, seed=0, scale=None):
     fp16_err = float((naive_fp16(q, k, v, causal, scale).double() - ref).abs().max())
     out = model_attention(var, q, k, v, causal, scale)
     verdict = judge(out, ref, fp16_err)
-    assert verdict.passed, f"{var.entry} ({var.BLOCK_N}-key tiles) {shape.label()} causal={causal}: {verdict.reason}"
+    assert verdict.passed, (f"{var.entry} ({var.BLOCK_N}-key tiles, {var.stages} stages) {shape.label()} "
+                            f"causal={causal}: {verdict.reason}")
     return verdict
 
 
@@ -614,9 +620,11 @@ MODEL_SHAPES = [Shape(1, 1, 64, 64), Shape(1, 2, 17, 64), Shape(1, 1, 200, 128),
 @pytest.mark.parametrize("shape", MODEL_SHAPES, ids=lambda s: s.label())
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_model_meets_pass_rule(shape, causal):
-    _check(MAIN[shape.D], shape, causal)
-    if shape.D == 128:  # and with the 64-key tile of sm_80 and sm_90
-        _check(MAIN_64_KEYS, shape, causal)
+    # with the source's tiles and each other architecture's (64 keys at D = 128, three stages)
+    tiles = [var for var in VARIANTS.values() if var.entry == MAIN[shape.D].entry]
+    assert len(tiles) == {64: 2, 128: 3}[shape.D] and MAIN_64_KEYS in VARIANTS.values()
+    for var in tiles:
+        _check(var, shape, causal)
 
 
 ABLATION_CASES = [(e, Shape(1, 1, 150, 64) if VARIANTS[e].D == 64 else Shape(1, 1, 200, 128))
@@ -704,7 +712,7 @@ def _ldmatrix_accesses(D, BN):
         for warp in range(WARPS):
             for ks in range(D // 16):
                 acc.append(tile_offset(warp * 16 + ldsm_row(LANE), 2 * ks + ldsm_chunk(LANE), RB, sw))
-        for stage in range(2):
+        for stage in range(registry._MMA07_MAX_STAGES):
             for np_ in range(BN // 16):
                 for ks in range(D // 16):
                     acc.append(QB + stage * 2 * KVB

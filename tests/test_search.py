@@ -54,7 +54,8 @@ def test_knob_defaults_are_the_chapters_constants():
     assert d06["ATTN06_STAGES"] == int(re.search(r"#define ATTN06_STAGES (\d+)", k06).group(1))
     assert d06["ATTN06_PRODUCERS"] == int(re.search(r"#define ATTN06_PRODUCERS (\d+)", k06).group(1))
     assert d07 == {"ATTN07_WARPS": lit(k07, "WARPS"), "ATTN07_BLOCK_N_D64": lit(k07, "BLOCK_N_D64"),
-                   "ATTN07_BLOCK_N_D128": lit(k07, "BLOCK_N_D128"), "ATTN07_MIN_CTAS": lit(k07, "MIN_CTAS_PER_SM")}
+                   "ATTN07_BLOCK_N_D128": lit(k07, "BLOCK_N_D128"), "ATTN07_STAGES_D64": lit(k07, "STAGES_D64"),
+                   "ATTN07_STAGES_D128": lit(k07, "STAGES_D128"), "ATTN07_MIN_CTAS": lit(k07, "MIN_CTAS_PER_SM")}
 
 
 # --- configured specs ----------------------------------------------------------------------------
@@ -112,7 +113,7 @@ def test_define_flags_and_cache_keys():
     spec = registry.get("07_mma")
     cfg = spec.with_config({"ATTN07_WARPS": 2})
     assert define_flags(spec.defines) == [] and config_tag(spec.defines) == ""
-    assert "-DATTN07_WARPS=2" in define_flags(cfg.defines) and len(define_flags(cfg.defines)) == 4
+    assert "-DATTN07_WARPS=2" in define_flags(cfg.defines) and len(define_flags(cfg.defines)) == 6
     assert cubin_path(cfg, "sm_89") != cubin_path(spec, "sm_89") != cubin_path(spec, "sm_90")
     assert config_tag(cfg.defines) == config_tag(tuple(reversed(cfg.defines)))
 
@@ -122,8 +123,8 @@ def test_define_flags_and_cache_keys():
 def _smem_first_principles(kernel_id: str, c: dict, D: int) -> int:
     """Shared memory written out again from the kernels' comments, independently of the registry."""
     if kernel_id == "07_mma":
-        bm, bn = 16 * c["ATTN07_WARPS"], c[f"ATTN07_BLOCK_N_D{D}"]
-        return 2 * D * bm + 2 * (2 * D * bn) * 2                     # Q, then 2 stages of K and V
+        bm, bn, stages = 16 * c["ATTN07_WARPS"], c[f"ATTN07_BLOCK_N_D{D}"], c[f"ATTN07_STAGES_D{D}"]
+        return 2 * D * bm + stages * (2 * D * bn) * 2                # Q, then the stages of K and V
     bm = c["ATTN_WMMA_BLOCK_M"]
     if kernel_id == "05_wmma":
         bn, tiles = c["ATTN05_BLOCK_N"], 2
@@ -141,10 +142,14 @@ def test_valid_space_is_exactly_what_the_rules_allow(kernel_id, D):
     assert search.space(kernel_id, D) == full
 
     def allowed(c):
-        if _smem_first_principles(kernel_id, c, D) > L4_MAX_SMEM_PER_BLOCK:
+        smem = _smem_first_principles(kernel_id, c, D)
+        if smem > L4_MAX_SMEM_PER_BLOCK:
             return False
         if kernel_id == "07_mma" and (c[f"ATTN07_BLOCK_N_D{D}"] * D // 8) % (32 * c["ATTN07_WARPS"]):
             return False                                           # load_tile's static_assert
+        # MIN_CTAS_PER_SM CTAs, each with the runtime's 1 KB, rounded to 128 B, in an L4 SM's 100 KB
+        if kernel_id == "07_mma" and c["ATTN07_MIN_CTAS"] * (-(-(smem + 1024) // 128) * 128) > 100 * 1024:
+            return False
         return True
 
     valid = search.valid_space(kernel_id, D)
@@ -153,6 +158,20 @@ def test_valid_space_is_exactly_what_the_rules_allow(kernel_id, D):
     for c in full:
         spec = registry.get(kernel_id).with_config(c)
         assert spec.dynamic_smem(Shape(1, 1, 7, D)) == _smem_first_principles(kernel_id, c, D)
+
+
+def test_a_configuration_that_breaks_its_promise_of_resident_ctas_is_refused():
+    """MIN_CTAS_PER_SM = 2 with tiles that let one CTA share an SM: ptxas would cap each thread's
+    registers for a second CTA that never comes. Refused before compiling; MIN_CTAS = 1 is not."""
+    wide = {"ATTN07_BLOCK_N_D64": 128}  # Q 8 KB + 2 x (16 KB + 16 KB) = 72 KB: one per L4 SM
+    problems = search.arithmetic_problems("07_mma", wide, 64)
+    assert len(problems) == 1 and "lets 1 CTA(s) share an sm_89 SM, fewer than the 2" in problems[0]
+    assert search.arithmetic_problems("07_mma", {**wide, "ATTN07_MIN_CTAS": 1}, 64) == []
+    three = {"ATTN07_STAGES_D64": 3}  # 56 KB: two fit an H100 SM, not an L4's
+    assert search.arithmetic_problems("07_mma", three, 64) and not \
+        registry.get("07_mma", "sm_90").with_config(three).config_problems(64)
+    for arch in ("sm_80", "sm_86", "sm_89", "sm_90"):  # the chapter's tiles keep the promise everywhere
+        assert all(not registry.get("07_mma", arch).config_problems(D) for D in (64, 128)), arch
 
 
 def test_occupancy_follows_the_calculator():
@@ -273,8 +292,9 @@ def test_static_gate_builds_with_nvcc(fresh_cache):
     reports = list(fresh_cache.glob("cubin/07_mma-sm_89-*.ptxas"))
     assert reports and not list(fresh_cache.glob("cubin/07_mma-sm_89-*.cubin")), \
         "the verdict's ptxas report is cached, the cubin nothing loads is not kept"
-    # Eight warps kept at two CTAs per SM cap ptxas at 128 registers: the 128-key tile spills.
-    spill = search.static_gate("07_mma", {"ATTN07_WARPS": 8, "ATTN07_BLOCK_N_D64": 128, "ATTN07_MIN_CTAS": 2}, 64)
+    # Eight warps kept at two CTAs per SM cap ptxas at 128 registers: the 64-key tile spills.
+    spill = search.static_gate("07_mma", {"ATTN07_WARPS": 8, "ATTN07_BLOCK_N_D64": 64, "ATTN07_MIN_CTAS": 2}, 64,
+                               "sm_89")
     assert not spill.ok and spill.compiled and spill.spill_bytes > 0 and "spills" in spill.problems[0]
     # Arithmetic refusals never reach the compiler.
     big = search.static_gate("06_warp_specialized", {**search.default_config("06_warp_specialized", 64),

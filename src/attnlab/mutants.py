@@ -109,8 +109,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "the prefetch refills the stage other warps are still reading (the output can stay right)"),
     Mutant("07-prefetch-before-barrier", "07_mma_swizzle.cu",
            "            __syncthreads();  // one barrier per tile: everyone's have, and every warp is done with tile j-1\n"
-           "            if (j + 1 < tile1) {",
-           "            if (j + 1 < tile1) {",
+           "            if (next < tile1) {",
+           "            if (next < tile1) {",
            ("07_mma_nosplit",),
            "one barrier per tile, but the prefetch is issued before it: it refills the stage of tile j-1 "
            "while slower warps still multiply it, and nothing publishes tile j"),
@@ -124,8 +124,17 @@ MUTANTS: tuple[Mutant, ...] = (
            "attn::cp_async_wait<LAG>();", "attn::cp_async_wait<STAGES>();", ("06_warp_specialized", "06_ws_s1_p1"),
            "the producer announces a tile one cp.async group too early"),
     Mutant("07-wait-depth", "07_mma_swizzle.cu",
-           "attn::cp_async_wait<1>();", "attn::cp_async_wait<2>();", ("07_mma_two_barriers",),
-           "the double buffer waits for all but the newest two groups: tile j may still be in flight"),
+           "attn::cp_async_wait<STAGES - 1>();", "attn::cp_async_wait<STAGES>();", ("07_mma_two_barriers",),
+           "the two-barrier loop waits for all but the newest STAGES groups: tile j may still be in flight"),
+    Mutant("07-one-barrier-wait-depth", "07_mma_swizzle.cu",
+           "attn::cp_async_wait<STAGES - 2>();", "attn::cp_async_wait<STAGES - 1>();", ("07_mma_nosplit@sm_90",),
+           "with three stages the one-barrier loop waits as if the prefetch of this iteration were issued: "
+           "tile j may still be in flight"),
+    Mutant("07-stage-rotation", "07_mma_swizzle.cu",
+           "next_stage = stage == 0 ? STAGES - 1 : stage - 1;", "next_stage = stage + 1 == STAGES ? 0 : stage + 1;",
+           ("07_mma_nosplit@sm_90",),
+           "the prefetch refills the stage after tile j's, where tile j+1 is still landing, not tile j-1's "
+           "(the same stage with two: only three stages tell them apart)"),
 
     # ---- fragments and lane maps ----------------------------------------------------------------
     Mutant("07-missing-trans", "07_mma_swizzle.cu",

@@ -71,7 +71,7 @@ def problems(mutant: Mutant, src_dir: Path | None = None) -> list[str]:
         out.append(f"{mutant.id}: changes nothing")
     for kid in mutant.kernels:
         try:
-            spec = registry.get(kid)
+            spec = registry.by_label(kid)
         except KeyError:
             out.append(f"{mutant.id}: no registered kernel {kid!r}")
             continue
@@ -101,7 +101,7 @@ def cases(mutant: Mutant) -> list[tuple[str, object, bool, int]]:
     out = []
     for seed in CPU_SCHEDULE_SEEDS:
         for kid in mutant.kernels:
-            spec = registry.get(kid)
+            spec = registry.by_label(kid)
             shapes = sorted(cpu_shapes(spec), key=lambda s: (order.get(s.L, len(order)), s.D))
             out += [(kid, shape, causal, seed) for shape in shapes
                     for causal in ((True, False) if spec.causal else (False,))]
@@ -124,7 +124,7 @@ def run_in_process(mutant: Mutant, max_cases: int | None = None) -> Outcome:
         for n, (kid, shape, causal, seed) in enumerate(cases(mutant)[:max_cases], 1):
             print(f"case {n}", flush=True)  # run_isolated: a signal after this is the kernel's doing
             try:
-                case = check_case_cpu(registry.get(kid), shape, causal, seed, src_dir=src,
+                case = check_case_cpu(registry.by_label(kid), shape, causal, seed, src_dir=src,
                                       time_limit=LAUNCH_TIME_LIMIT_S)
             except ExecutorBuildError as exc:
                 return Outcome(mutant.id, "invalid", n, f"does not compile: {str(exc).splitlines()[-1][:200]}",

@@ -14,6 +14,7 @@ search (attnlab.search) walks these spaces.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -49,12 +50,16 @@ class Tuning:
     rules(config, D) -> the reasons the kernel's static_asserts would refuse the configuration at
     head dim D (shared memory is checked separately, from the geometry).
     arch_defaults(arch) -> the knob values the chapter takes on architecture sm_XY where they differ
-    from `defaults` (the values in the source, the L4's): chapter 7's key tile follows the shared
-    memory of the GPU at hand. None: the same values on every GPU."""
+    from `defaults` (the values in the source, the L4's): chapter 7's key tile and stages follow
+    the shared memory of the GPU at hand. None: the same values on every GPU.
+    min_ctas: the knob that promises ptxas that many resident CTAs per SM (`__launch_bounds__`'s
+    second argument, which sets the registers each thread may take); a configuration whose shared
+    memory lets fewer CTAs share an SM breaks the promise and is refused. None: no such knob."""
     knobs: tuple[Knob, ...]
     geometry: Callable[[dict], dict]
     rules: Callable[[dict, int], list[str]] = lambda config, D: []
     arch_defaults: Callable[[str], dict] | None = None
+    min_ctas: str | None = None
 
     @property
     def defaults(self) -> dict[str, int]:
@@ -181,16 +186,28 @@ class KernelSpec:
                                    **self.tuning.geometry(config))
 
     def config_problems(self, D: int) -> list[str]:
-        """Why this build cannot run head dim D, before compiling it: the kernel's compile-time rules
-        and shared memory over the limit per block of the GPU at hand (the L4's 99 KB without one).
-        Empty when it can."""
+        """Why this build cannot run head dim D, before compiling it: the kernel's compile-time rules,
+        shared memory over the limit per block of its architecture (the GPU at hand's; the L4's 99 KB
+        without one), and shared memory that lets fewer CTAs share an SM than the `min_ctas` knob
+        promises. Empty when it can."""
         if self.tuning is None:
             return []
+        from .gpus import SM_LIMITS, arch_at_hand, occupancy
+
         problems = list(self.tuning.rules(self.config, D))
-        smem = self.dynamic_smem(Shape(1, 1, 1, D))
+        shape = Shape(1, 1, 1, D)
+        smem = self.dynamic_smem(shape)
         limit, whose = max_smem_per_block(self.arch)
         if smem > limit:
             problems.append(f"{smem} B of shared memory at D={D}, over {whose} {limit} B per block")
+        arch = self.arch or arch_at_hand()[0]
+        if self.tuning.min_ctas is not None and arch in SM_LIMITS and smem <= SM_LIMITS[arch].smem_per_block:
+            promised = self.config[self.tuning.min_ctas]
+            fit = occupancy(arch, math.prod(self.block(shape)), 0, smem)
+            if fit.blocks_per_sm < promised:
+                problems.append(f"{smem} B of shared memory at D={D} lets {fit.blocks_per_sm} CTA(s) share an "
+                                f"{arch} SM, fewer than the {promised} that {self.tuning.min_ctas}={promised} "
+                                f"budgets registers for")
         return problems
 
     def config_label(self) -> str:
@@ -444,8 +461,14 @@ for _id, (_stages, _producers) in _WS06_VARIANTS.items():
 _MMA07_WARPS = 4                     # WARPS: 16 query rows each
 _MMA07_BLOCK_M = 16 * _MMA07_WARPS   # query rows per CTA without a key split
 _MMA07_BLOCK_N = {64: 64, 128: 32}   # BLOCK_N_D64, BLOCK_N_D128: keys per K/V tile (the L4's)
+_MMA07_STAGES = {64: 2, 128: 2}      # STAGES_D64, STAGES_D128: K/V stages (the L4's)
 _MMA07_MIN_CTAS = 2                  # MIN_CTAS_PER_SM: __launch_bounds__'s CTAs per SM
 _MMA07_MAX_BLOCK_N = 64              # the largest key tile _mma07_arch_tiles gives (registers, below)
+_MMA07_MAX_STAGES = 3                # and the most stages it gives
+# Registers per thread of the kernel's entries (D -> at most), as ptxas gives them for every tile
+# _mma07_arch_tiles may take; tests/test_kernel_07_static.py holds each build to it. Registers
+# move between CUDA toolkits: a build over the bound fails that test, and the bound moves with it.
+_MMA07_REGISTERS = {64: 160, 128: 232}
 # KV_SPLIT > 1 entries of 07_mma: split -> head dims (attn_fwd_07_mma_split{s}_d{D}). A split runs
 # where its slice of the key tile is whole 16-key MMA steps: 4 at D = 128 needs the 64-key tile.
 _MMA07_SPLIT_ENTRIES = {2: (64, 128), 4: (64, 128)}
@@ -511,12 +534,19 @@ def _mma07_smem(D: int, stages: int, block_m: int = _MMA07_BLOCK_M, block_n: dic
     return 2 * D * block_m + max(stages_bytes, partials)
 
 
-def _mma07_geometry(config: dict, stages: int = 2, split=None) -> dict:
+def _mma07_tiles(config: dict, stages: int | None = None) -> tuple[dict, dict]:
+    """The key tile and the K/V stages per head dim of a build of `config` (`stages` fixes the
+    stages, as the single-buffer ablation's entries do)."""
+    bn = {D: config[f"ATTN07_BLOCK_N_D{D}"] for D in (64, 128)}
+    return bn, {D: stages or config[f"ATTN07_STAGES_D{D}"] for D in (64, 128)}
+
+
+def _mma07_geometry(config: dict, stages: int | None = None, split=None) -> dict:
     """Block, grid and shared memory of a build of `config`, and its key split: `split` fixes it
     (and the head dims are those whose tile it can split); None lets the launcher choose per shape,
     from the SM count of the GPU at hand."""
     warps = config["ATTN07_WARPS"]
-    bn = {64: config["ATTN07_BLOCK_N_D64"], 128: config["ATTN07_BLOCK_N_D128"]}
+    bn, st = _mma07_tiles(config, stages)
 
     def ctas(s: Shape, k: int) -> int:
         return _cdiv(s.L, 16 * warps // k) * s.B * s.H
@@ -528,7 +558,7 @@ def _mma07_geometry(config: dict, stages: int = 2, split=None) -> dict:
 
     def at_split(s: Shape, k: int) -> dict:
         return {"grid": (_cdiv(s.L, 16 * warps // k), s.B * s.H, 1),
-                "dynamic_smem": _mma07_smem(s.D, stages, 16 * warps // k, bn, warps)}
+                "dynamic_smem": _mma07_smem(s.D, st[s.D], 16 * warps // k, bn, warps)}
 
     geometry = {"block": lambda s: (warps * 32, 1, 1),
                 "grid": lambda s: at_split(s, kv_split(s))["grid"],
@@ -542,26 +572,45 @@ def _mma07_geometry(config: dict, stages: int = 2, split=None) -> dict:
     return geometry
 
 
-def _mma07_arch_tiles(arch: str) -> dict[str, int]:
-    """The key tile per head dim chapter 7 takes on `arch`: the larger of 64 and 32 keys whose
-    double-buffered CTA fits one block's shared memory and lets MIN_CTAS_PER_SM of them share an SM
-    (gpus.occupancy, from gpus.SM_LIMITS). At D = 128 that is 64 keys (80 KB) where an SM holds
-    164 KB (sm_80) or 228 KB (sm_90), and 32 keys (48 KB) on the 100 KB of sm_86 and sm_89. 64 is the
-    top because the scores live in registers (BLOCK_N / 2 fp32 per lane): with 64 keys at D = 128
-    a thread already holds about 230 of the 255 registers two CTAs leave it. An architecture the
-    table lacks takes the source's tiles, the L4's."""
+def _mma07_arch_tiles(arch: str, top_block_n: dict | None = None, top_stages: dict | None = None) -> dict[str, int]:
+    """The key tile and the stages per head dim chapter 7 takes on `arch`, where they differ from
+    the source's (the L4's). Resident CTAs per SM are counted by gpus.occupancy from gpus.SM_LIMITS,
+    with the registers _MMA07_REGISTERS bounds.
+
+    First the tile: the larger of 64 and 32 keys (or of `top_block_n[D]` and its half) whose
+    double-buffered CTA fits one block's shared memory and lets MIN_CTAS_PER_SM of them share an
+    SM. At D = 128 that is 64 keys (80 KB) where an SM holds 164 KB (sm_80) or 228 KB (sm_90), and
+    32 keys (48 KB) on the 100 KB of sm_86 and sm_89. 64 is the top because the scores live in
+    registers (BLOCK_N / 2 fp32 per lane): with 64 keys at D = 128 a thread already holds about 230
+    of the 255 registers two CTAs leave it.
+
+    Then the stages: the most, up to 3 (or `top_stages[D]`), that keep as many CTAs per SM as two
+    stages do: a third stage hides copy latency, a resident CTA hides every latency, so the stage
+    never costs a CTA. On sm_90 that is 3 at both head dims (registers hold three CTAs at D = 64
+    and two at D = 128 either way); on sm_80 it is 2, where a third stage at D = 64 would leave two
+    CTAs of the three the registers allow. An architecture the table lacks takes the source's tiles."""
     from .gpus import SM_LIMITS, occupancy
 
     if arch not in SM_LIMITS:
         return {}
     lim, tiles = SM_LIMITS[arch], {}
+
+    def ctas(D: int, bn: int, stages: int) -> int:
+        smem = _mma07_smem(D, stages, block_n={D: bn})
+        if smem > lim.smem_per_block:
+            return 0
+        return occupancy(arch, 32 * _MMA07_WARPS, _MMA07_REGISTERS[D], smem).blocks_per_sm
+
     for D in (64, 128):
-        for bn in (_MMA07_MAX_BLOCK_N, _MMA07_MAX_BLOCK_N // 2):
-            smem = _mma07_smem(D, 2, block_n={D: bn})
-            if smem <= lim.smem_per_block and occupancy(arch, 32 * _MMA07_WARPS, 0, smem).blocks_per_sm >= _MMA07_MIN_CTAS:
-                break
+        top = (top_block_n or {}).get(D, _MMA07_MAX_BLOCK_N)
+        bn = top if ctas(D, top, _MMA07_STAGES[D]) >= _MMA07_MIN_CTAS else top // 2
+        keep = max(_MMA07_MIN_CTAS, ctas(D, bn, _MMA07_STAGES[D]))
+        stages = max(s for s in range(_MMA07_STAGES[D], (top_stages or {}).get(D, _MMA07_MAX_STAGES) + 1)
+                     if s == _MMA07_STAGES[D] or ctas(D, bn, s) >= keep)
         if bn != _MMA07_BLOCK_N[D]:
             tiles[f"ATTN07_BLOCK_N_D{D}"] = bn
+        if stages != _MMA07_STAGES[D]:
+            tiles[f"ATTN07_STAGES_D{D}"] = stages
     return tiles
 
 
@@ -569,7 +618,7 @@ def _mma07_cta_split_geometry(config: dict) -> dict:
     """FlashAttention-2's route (07_mma_split_ctas): the unsplit CTA of `config`, and grid z = the
     split across CTAs the launcher takes for the shape on the GPU at hand."""
     warps = config["ATTN07_WARPS"]
-    bn = {64: config["ATTN07_BLOCK_N_D64"], 128: config["ATTN07_BLOCK_N_D128"]}
+    bn, st = _mma07_tiles(config)
 
     def kv_split(s: Shape, sms: int | None = None) -> int:
         sms = _sms(sms)
@@ -577,7 +626,8 @@ def _mma07_cta_split_geometry(config: dict) -> dict:
         return choose_kv_split(lambda k: ctas * k, cta_split_candidates(_cdiv(s.L, bn[s.D]), sms), sms)
 
     def at_split(s: Shape, k: int) -> dict:
-        return {"grid": (_cdiv(s.L, 16 * warps), s.B * s.H, k), "dynamic_smem": _mma07_smem(s.D, 2, 16 * warps, bn, warps)}
+        return {"grid": (_cdiv(s.L, 16 * warps), s.B * s.H, k),
+                "dynamic_smem": _mma07_smem(s.D, st[s.D], 16 * warps, bn, warps)}
 
     return {"block": lambda s: (warps * 32, 1, 1),
             "grid": lambda s: at_split(s, kv_split(s))["grid"],
@@ -598,8 +648,10 @@ _MMA07_TUNING = Tuning(
     knobs=(Knob("ATTN07_WARPS", (2, 4, 8), _MMA07_WARPS, "warps (16 query rows each)"),
            Knob("ATTN07_BLOCK_N_D64", (32, 64, 128), _MMA07_BLOCK_N[64], "keys per tile (D=64)", head_dim=64),
            Knob("ATTN07_BLOCK_N_D128", (16, 32, 64), _MMA07_BLOCK_N[128], "keys per tile (D=128)", head_dim=128),
+           Knob("ATTN07_STAGES_D64", (2, 3), _MMA07_STAGES[64], "K/V stages (D=64)", head_dim=64),
+           Knob("ATTN07_STAGES_D128", (2, 3), _MMA07_STAGES[128], "K/V stages (D=128)", head_dim=128),
            Knob("ATTN07_MIN_CTAS", (1, 2), _MMA07_MIN_CTAS, "CTAs per SM the registers are budgeted for (`__launch_bounds__`)")),
-    geometry=_mma07_geometry, rules=_mma07_rules, arch_defaults=_mma07_arch_tiles)
+    geometry=_mma07_geometry, rules=_mma07_rules, arch_defaults=_mma07_arch_tiles, min_ctas="ATTN07_MIN_CTAS")
 
 
 def _mma07_variant_tuning(geometry: Callable[[dict], dict], arch_defaults=_mma07_arch_tiles) -> Tuning:
@@ -608,15 +660,18 @@ def _mma07_variant_tuning(geometry: Callable[[dict], dict], arch_defaults=_mma07
     return dataclasses.replace(_MMA07_TUNING, geometry=geometry, arch_defaults=arch_defaults)
 
 
-# The architectures where FlashAttention-2's route keeps the source's key tiles: with 64-key tiles
-# at D = 128, ptxas spills attn_fwd_07_mma_partial_d128 on sm_80 (36 bytes of loop-invariant
-# addresses; the fused kernel holds 226 registers there, the partial needs more than 255).
-# tests/test_kernel_07_static.py builds it to show the spill is still there.
-_MMA07_PARTIAL_SPILLS_AT_ARCH_TILES = frozenset({"sm_80"})
+# Where FlashAttention-2's route takes less than 07_mma's tiles, because its partial kernel (the
+# fused loop plus an fp32 epilogue, at the 255-register edge at D = 128) would spill with them:
+# on sm_80 with 64-key tiles (36 bytes of loop-invariant addresses), on sm_90 with a third stage
+# (40 bytes). arch -> (top key tile, top stages) per head dim for _mma07_arch_tiles.
+# tests/test_kernel_07_static.py builds 07_mma's tiles to show each spill is still there.
+_MMA07_PARTIAL_TOPS = {"sm_80": ({128: _MMA07_BLOCK_N[128]}, {}),
+                       "sm_90": ({}, {128: _MMA07_STAGES[128]})}
 
 
 def _mma07_cta_split_tiles(arch: str) -> dict[str, int]:
-    return {} if arch in _MMA07_PARTIAL_SPILLS_AT_ARCH_TILES else _mma07_arch_tiles(arch)
+    """07_mma's rule under the tops of _MMA07_PARTIAL_TOPS (then the stages follow the tile)."""
+    return _mma07_arch_tiles(arch, *_MMA07_PARTIAL_TOPS.get(arch, ({}, {})))
 
 _MMA07_COMMON = dict(chapter=7, source="07_mma_swizzle.cu", head_dims=frozenset({64, 128}), alignment=16,
                      extra_sources=("common.cuh", "ptx.cuh", "swizzle.cuh"))
@@ -651,11 +706,11 @@ for _split, _dims in _MMA07_SPLIT_ENTRIES.items():
     ))
 
 for _kid, _suffix, _stages, _title, _summary in (
-        ("07_mma_nosplit", "", 2, "no split",
+        ("07_mma_nosplit", "", None, "no split",
          "one warp group per CTA and 64-row query tiles whatever the GPU"),
-        ("07_mma_two_barriers", "_two_barriers", 2, "two barriers",
+        ("07_mma_two_barriers", "_two_barriers", None, "two barriers",
          "a second barrier per key tile (prefetch, wait, barrier, compute, barrier)"),
-        ("07_mma_noswizzle", "_noswizzle", 2, "no swizzle",
+        ("07_mma_noswizzle", "_noswizzle", None, "no swizzle",
          "plain row-major tiles (8-way bank conflicts on every ldmatrix)"),
         ("07_mma_single_buffer", "_single_buffer", 1, "one stage",
          "one K/V stage, the next tile is copied only after this one is used (two barriers per tile)")):
@@ -716,6 +771,13 @@ def get(kernel_id: str, arch: str | None = None) -> KernelSpec:
     if key not in _BY_ARCH:
         _BY_ARCH[key] = spec.for_arch(arch)
     return _BY_ARCH[key]
+
+
+def by_label(label: str) -> KernelSpec:
+    """A kernel named as "<id>" (built for the GPU at hand) or "<id>@sm_XY" (built with the tiles it
+    takes on that architecture): how the CPU suite and its mutants name the other tiles they run."""
+    kernel_id, _, arch = label.partition("@")
+    return get(kernel_id, arch or None)
 
 
 def select(ids: list[str] | None, arch: str | None = None) -> list[KernelSpec]:

@@ -595,8 +595,8 @@ def plot_static_space(verdicts: list[StaticVerdict], title: str = ""):
     rows = list(itertools.product(*(k.values for k in rows_k)))
     cols = list(itertools.product(*(k.values for k in cols_k))) or [()]
     grid = np.full((len(rows), len(cols)), np.nan)
-    fig, ax = plt.subplots(figsize=(1.0 + 0.95 * len(cols), 1.3 + 0.5 * len(rows)))
-    default = default_config(kernel_id, D)
+    fig, ax = plt.subplots(figsize=(1.6 + 1.15 * len(cols), 1.3 + 0.5 * len(rows)))  # room for two-line labels
+    default = default_config(kernel_id, D, verdicts[0].arch)
     for v in verdicts:
         r = rows.index(tuple(v.config[k.name] for k in rows_k))
         c = cols.index(tuple(v.config[k.name] for k in cols_k))
@@ -605,8 +605,8 @@ def plot_static_space(verdicts: list[StaticVerdict], title: str = ""):
             text = f"{v.registers} reg\n{v.occupancy.blocks_per_sm} blk/SM"
         else:
             reason = v.problems[0] if v.problems else ""
-            text = ("spill" if "spill" in reason else "smem" if "shared memory" in reason
-                    else "nvcc" if "nvcc" in reason else "rule")
+            text = ("spill" if "spill" in reason else "CTAs" if "CTA(s) share" in reason
+                    else "smem" if "shared memory" in reason else "nvcc" if "nvcc" in reason else "rule")
         ax.text(c, r, text, ha="center", va="center", fontsize=6.5, color="black" if v.ok else "dimgray")
         if v.config == default:
             ax.add_patch(plt.Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, lw=2, ec="black"))
