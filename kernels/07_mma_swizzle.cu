@@ -1,5 +1,5 @@
-// Chapter 7: tensor cores through mma.sync, ldmatrix from a swizzled tile, double-buffered
-// cp.async, and P kept in registers.
+// Chapter 7: tensor cores through mma.sync, ldmatrix from a swizzled tile, cp.async copies two or
+// three tiles deep, and P kept in registers.
 //
 // What changes since chapter 6: the scores never touch shared memory. Each warp owns 16 query
 // rows. S = Q K^T comes out of `mma.sync.m16n8k16` as fp32 accumulators in registers; the online
@@ -8,7 +8,8 @@
 // layout of two adjacent key blocks is exactly the m16k16 A-operand layout, it feeds O += P V
 // without moving. Q, K and V fragments come from shared memory by `ldmatrix` (.trans for V), the
 // tiles are XOR-swizzled (kernels/swizzle.cuh) so neither the 16-byte cp.async stores nor the
-// ldmatrix reads conflict on banks, and the next K/V tile is copied while this one is used.
+// ldmatrix reads conflict on banks, and the next STAGES - 1 K/V tiles are copied while this one is
+// used.
 //
 // Cost model: per key tile a warp issues (D/16)(SUB_N/8) MMAs for S and (SUB_N/16)(D/8) for O,
 // one ldmatrix.x4 per two MMAs, and SUB_N/2 exp2 per lane, where SUB_N = BLOCK_N / KV_SPLIT is
@@ -37,8 +38,8 @@
 //   the CTA. Not on sm_80: at D = 64 a third stage would leave two CTAs of the three it holds.
 //   The key tile is chosen first, then the stages: a wider tile halves the barriers and the
 //   softmax's row reductions per key; a third stage only hides what the second mostly hides.
-//   Registers: about 150 (D = 64) and 190 (D = 128) per thread, within the 256 that two CTAs of
-//   128 threads may hold; MIN_CTAS_PER_SM tells ptxas so.
+//   Registers: about 155 (D = 64), 190 (D = 128, 32-key tiles) and 230 (64-key tiles) per thread,
+//   within the 255 that two CTAs of 128 threads may hold; MIN_CTAS_PER_SM tells ptxas so.
 //   Single-buffer ablation: 1 stage, 24 KB (D = 64) / 32 KB (D = 128; 48 KB with 64-key tiles).
 //
 // Filling the GPU: the keys split inside the CTA (KV_SPLIT). At the mission shape (1, 8, 512, 64)
@@ -106,7 +107,8 @@ constexpr int BLOCK_N_D128 = ATTN07_BLOCK_N_D128;  // 64 on sm_80 and sm_90, fro
 constexpr int BLOCK_N_D128 = 32;      // keys per tile at D = 128 on the L4 (see the smem budget above)
 #endif
 // K/V stages per head dim: 2 on the L4 (sm_89, and sm_86) and sm_80, 3 on sm_90 (see the budget
-// above), passed by the launcher as -DATTN07_STAGES_D64=3 -DATTN07_STAGES_D128=3.
+// above), passed by the launcher as -DATTN07_STAGES_D64=3 -DATTN07_STAGES_D128=3. FlashAttention-2's
+// route may take fewer where its partial kernel would spill (registry._MMA07_PARTIAL_TOPS).
 #ifdef ATTN07_STAGES_D64
 constexpr int STAGES_D64 = ATTN07_STAGES_D64;
 #else

@@ -151,11 +151,14 @@ def test_fa2_route_takes_less_only_where_its_partial_spills_with_the_kernels_til
     if spills:
         top_bn, top_st = registry._MMA07_PARTIAL_TOPS[arch]
         assert (block_n(spec), stages(spec)) != (bn, st)
-        assert all(block_n(spec)[D] == top for D, top in top_bn.items())
-        assert all(stages(spec)[D] == top for D, top in top_st.items())
-        assert block_n(spec)[64] == bn[64] and stages(spec)[64] == st[64]  # D = 64 as the kernel's
+        assert all(block_n(spec)[D] == min(top, bn[D]) for D, top in top_bn.items())
+        assert all(stages(spec)[D] == min(top, st[D]) for D, top in top_st.items())
+        # never more than the kernel's, and D = 64 exactly the kernel's
+        assert all(block_n(spec)[D] <= bn[D] and stages(spec)[D] <= st[D] for D in (64, 128))
+        assert block_n(spec)[64] == bn[64] and stages(spec)[64] == st[64]
     else:
         assert (block_n(spec), stages(spec)) == (bn, st)
+    assert stages(registry.get("07_mma_split_ctas", "sm_80")) == STAGES  # a smaller tile adds no stage
 
 
 def _opcodes(lines: list[str]):

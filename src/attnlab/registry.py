@@ -465,9 +465,11 @@ _MMA07_STAGES = {64: 2, 128: 2}      # STAGES_D64, STAGES_D128: K/V stages (the 
 _MMA07_MIN_CTAS = 2                  # MIN_CTAS_PER_SM: __launch_bounds__'s CTAs per SM
 _MMA07_MAX_BLOCK_N = 64              # the largest key tile _mma07_arch_tiles gives (registers, below)
 _MMA07_MAX_STAGES = 3                # and the most stages it gives
-# Registers per thread of the kernel's entries (D -> at most), as ptxas gives them for every tile
-# _mma07_arch_tiles may take; tests/test_kernel_07_static.py holds each build to it. Registers
-# move between CUDA toolkits: a build over the bound fails that test, and the bound moves with it.
+# Registers per thread of the fused kernel's entries (ATTN07_ENTRY; D -> at most), as ptxas gives
+# them for every tile _mma07_arch_tiles may take, which counts resident CTAs with it (FA2's route
+# takes those tiles or less, _mma07_cta_split_tiles). tests/test_kernel_07_static.py holds each
+# build to it. Registers move between CUDA toolkits: a build over the bound fails that test, and
+# the bound moves with it.
 _MMA07_REGISTERS = {64: 160, 128: 232}
 # KV_SPLIT > 1 entries of 07_mma: split -> head dims (attn_fwd_07_mma_split{s}_d{D}). A split runs
 # where its slice of the key tile is whole 16-key MMA steps: 4 at D = 128 needs the 64-key tile.
@@ -572,19 +574,18 @@ def _mma07_geometry(config: dict, stages: int | None = None, split=None) -> dict
     return geometry
 
 
-def _mma07_arch_tiles(arch: str, top_block_n: dict | None = None, top_stages: dict | None = None) -> dict[str, int]:
+def _mma07_arch_tiles(arch: str) -> dict[str, int]:
     """The key tile and the stages per head dim chapter 7 takes on `arch`, where they differ from
     the source's (the L4's). Resident CTAs per SM are counted by gpus.occupancy from gpus.SM_LIMITS,
     with the registers _MMA07_REGISTERS bounds.
 
-    First the tile: the larger of 64 and 32 keys (or of `top_block_n[D]` and its half) whose
-    double-buffered CTA fits one block's shared memory and lets MIN_CTAS_PER_SM of them share an
+    First the tile: the larger of 64 and 32 keys whose double-buffered CTA fits one block's shared memory and lets MIN_CTAS_PER_SM of them share an
     SM. At D = 128 that is 64 keys (80 KB) where an SM holds 164 KB (sm_80) or 228 KB (sm_90), and
     32 keys (48 KB) on the 100 KB of sm_86 and sm_89. 64 is the top because the scores live in
     registers (BLOCK_N / 2 fp32 per lane): with 64 keys at D = 128 a thread already holds about 230
     of the 255 registers two CTAs leave it.
 
-    Then the stages: the most, up to 3 (or `top_stages[D]`), that keep as many CTAs per SM as two
+    Then the stages: the most, up to 3, that keep as many CTAs per SM as two
     stages do: a third stage hides copy latency, a resident CTA hides every latency, so the stage
     never costs a CTA. On sm_90 that is 3 at both head dims (registers hold three CTAs at D = 64
     and two at D = 128 either way); on sm_80 it is 2, where a third stage at D = 64 would leave two
@@ -602,10 +603,10 @@ def _mma07_arch_tiles(arch: str, top_block_n: dict | None = None, top_stages: di
         return occupancy(arch, 32 * _MMA07_WARPS, _MMA07_REGISTERS[D], smem).blocks_per_sm
 
     for D in (64, 128):
-        top = (top_block_n or {}).get(D, _MMA07_MAX_BLOCK_N)
+        top = _MMA07_MAX_BLOCK_N
         bn = top if ctas(D, top, _MMA07_STAGES[D]) >= _MMA07_MIN_CTAS else top // 2
         keep = max(_MMA07_MIN_CTAS, ctas(D, bn, _MMA07_STAGES[D]))
-        stages = max(s for s in range(_MMA07_STAGES[D], (top_stages or {}).get(D, _MMA07_MAX_STAGES) + 1)
+        stages = max(s for s in range(_MMA07_STAGES[D], _MMA07_MAX_STAGES + 1)
                      if s == _MMA07_STAGES[D] or ctas(D, bn, s) >= keep)
         if bn != _MMA07_BLOCK_N[D]:
             tiles[f"ATTN07_BLOCK_N_D{D}"] = bn
@@ -662,16 +663,28 @@ def _mma07_variant_tuning(geometry: Callable[[dict], dict], arch_defaults=_mma07
 
 # Where FlashAttention-2's route takes less than 07_mma's tiles, because its partial kernel (the
 # fused loop plus an fp32 epilogue, at the 255-register edge at D = 128) would spill with them:
-# on sm_80 with 64-key tiles (36 bytes of loop-invariant addresses), on sm_90 with a third stage
-# (40 bytes). arch -> (top key tile, top stages) per head dim for _mma07_arch_tiles.
-# tests/test_kernel_07_static.py builds 07_mma's tiles to show each spill is still there.
+# on sm_80 with 64-key tiles, on sm_90 with a third stage. arch -> (top key tile, top stages) per
+# head dim. tests/test_kernel_07_static.py builds 07_mma's tiles to show each spill is still there.
 _MMA07_PARTIAL_TOPS = {"sm_80": ({128: _MMA07_BLOCK_N[128]}, {}),
                        "sm_90": ({}, {128: _MMA07_STAGES[128]})}
 
 
 def _mma07_cta_split_tiles(arch: str) -> dict[str, int]:
-    """07_mma's rule under the tops of _MMA07_PARTIAL_TOPS (then the stages follow the tile)."""
-    return _mma07_arch_tiles(arch, *_MMA07_PARTIAL_TOPS.get(arch, ({}, {})))
+    """07_mma's tiles on `arch`, each capped by _MMA07_PARTIAL_TOPS: never more than the fused
+    kernel's, so the ablation differs from it only where the partial kernel must (a smaller tile or
+    fewer stages only lowers the shared memory, so two CTAs still share an SM)."""
+    tiles = _mma07_arch_tiles(arch)
+    top_block_n, top_stages = _MMA07_PARTIAL_TOPS.get(arch, ({}, {}))
+    for knob, source, tops in (("BLOCK_N", _MMA07_BLOCK_N, top_block_n), ("STAGES", _MMA07_STAGES, top_stages)):
+        for D, top in tops.items():
+            name = f"ATTN07_{knob}_D{D}"
+            value = min(tiles.get(name, source[D]), top)
+            if value == source[D]:
+                tiles.pop(name, None)
+            else:
+                tiles[name] = value
+    return tiles
+
 
 _MMA07_COMMON = dict(chapter=7, source="07_mma_swizzle.cu", head_dims=frozenset({64, 128}), alignment=16,
                      extra_sources=("common.cuh", "ptx.cuh", "swizzle.cuh"))
