@@ -64,59 +64,52 @@ def lookup(device_name: str) -> GpuSpec | None:
 L4_MAX_SMEM_PER_BLOCK = 99 * 1024
 
 
+def _of_gpu_at_hand(read, from_table, l4_value):
+    """(value, whose) of one property of the GPU at hand: read(props) from torch's device
+    properties, or where that gives nothing (a torch or a stand-in without the field)
+    from_table(GpuSpec) of the datasheet table for its name, else the L4's; the L4's `l4_value`,
+    the reader's card, where torch sees no GPU."""
+    from .env import has_gpu
+
+    if not has_gpu():
+        return l4_value, "the L4's"
+    import torch
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    value = read(props)
+    if not value:
+        known = lookup(props.name)
+        value = from_table(known) if known else l4_value
+    return value, f"the {props.name}'s"
+
+
 def max_smem_per_block(arch: str | None = None) -> tuple[int, str]:
     """(bytes, whose) of shared memory one block may opt in to: architecture `arch`'s when it is
     given (SM_LIMITS), else the current GPU's where torch sees one (227 KB on an H100), and the L4's
     99 KB, the reader's card, without one."""
-    from .env import has_gpu
-
     if arch is not None and arch in SM_LIMITS:
         return SM_LIMITS[arch].smem_per_block, ("the L4's" if arch == by_key(REFERENCE_GPU).arch else f"an {arch} GPU's")
-
-    if not has_gpu():
-        return L4_MAX_SMEM_PER_BLOCK, "the L4's"
-    import torch
-
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    limit = getattr(props, "shared_memory_per_block_optin", 0)
-    if not limit:  # a torch without the field: the datasheet table, else the L4's
-        known = lookup(props.name)
-        limit = known.smem_per_block_kb * 1024 if known else L4_MAX_SMEM_PER_BLOCK
-    return int(limit), f"the {props.name}'s"
+    limit, whose = _of_gpu_at_hand(lambda p: getattr(p, "shared_memory_per_block_optin", 0),
+                                   lambda known: known.smem_per_block_kb * 1024, L4_MAX_SMEM_PER_BLOCK)
+    return int(limit), whose
 
 
 def arch_at_hand() -> tuple[str, str]:
     """(sm_XY, whose) of the GPU at hand, where torch sees one, and the L4's sm_89 without one: the
     architecture whose tiles chapter 7's kernels take (registry.KernelSpec.for_arch)."""
-    from .env import has_gpu
+    def read(props):
+        major, minor = getattr(props, "major", None), getattr(props, "minor", None)
+        return None if major is None else f"sm_{major}{minor}"
 
-    if not has_gpu():
-        return by_key(REFERENCE_GPU).arch, "the L4's"
-    import torch
-
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    major, minor = getattr(props, "major", None), getattr(props, "minor", None)
-    if major is None:  # a stand-in without the fields: the datasheet table, else the L4's
-        known = lookup(props.name)
-        return (known.arch if known else by_key(REFERENCE_GPU).arch), f"the {props.name}'s"
-    return f"sm_{major}{minor}", f"the {props.name}'s"
+    return _of_gpu_at_hand(read, lambda known: known.arch, by_key(REFERENCE_GPU).arch)
 
 
 def sm_count() -> tuple[int, str]:
     """(SMs, whose) of the GPU at hand, where torch sees one, and the L4's 58 without one: what
     chapter 7's launcher sizes its grid for (registry.choose_kv_split)."""
-    from .env import has_gpu
-
-    if not has_gpu():
-        return by_key(REFERENCE_GPU).sms, "the L4's"
-    import torch
-
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    sms = getattr(props, "multi_processor_count", 0)
-    if not sms:  # a stand-in without the field: the datasheet table, else the L4's
-        known = lookup(props.name)
-        sms = known.sms if known else by_key(REFERENCE_GPU).sms
-    return int(sms), f"the {props.name}'s"
+    sms, whose = _of_gpu_at_hand(lambda p: getattr(p, "multi_processor_count", 0), lambda known: known.sms,
+                                 by_key(REFERENCE_GPU).sms)
+    return int(sms), whose
 
 
 @dataclass(frozen=True)

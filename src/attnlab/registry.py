@@ -579,17 +579,17 @@ def _mma07_arch_tiles(arch: str) -> dict[str, int]:
     the source's (the L4's). Resident CTAs per SM are counted by gpus.occupancy from gpus.SM_LIMITS,
     with the registers _MMA07_REGISTERS bounds.
 
-    First the tile: the larger of 64 and 32 keys whose double-buffered CTA fits one block's shared memory and lets MIN_CTAS_PER_SM of them share an
-    SM. At D = 128 that is 64 keys (80 KB) where an SM holds 164 KB (sm_80) or 228 KB (sm_90), and
-    32 keys (48 KB) on the 100 KB of sm_86 and sm_89. 64 is the top because the scores live in
-    registers (BLOCK_N / 2 fp32 per lane): with 64 keys at D = 128 a thread already holds about 230
-    of the 255 registers two CTAs leave it.
+    First the tile: the larger of 64 and 32 keys whose double-buffered CTA fits one block's shared
+    memory and lets MIN_CTAS_PER_SM of them share an SM. At D = 128 that is 64 keys (80 KB) where an
+    SM holds 164 KB (sm_80) or 228 KB (sm_90), and 32 keys (48 KB) on the 100 KB of sm_86 and sm_89.
+    64 is the top because the scores live in registers (BLOCK_N / 2 fp32 per lane): with 64 keys at
+    D = 128 a thread already holds about 230 of the 255 registers two CTAs leave it.
 
-    Then the stages: the most, up to 3, that keep as many CTAs per SM as two
-    stages do: a third stage hides copy latency, a resident CTA hides every latency, so the stage
-    never costs a CTA. On sm_90 that is 3 at both head dims (registers hold three CTAs at D = 64
-    and two at D = 128 either way); on sm_80 it is 2, where a third stage at D = 64 would leave two
-    CTAs of the three the registers allow. An architecture the table lacks takes the source's tiles."""
+    Then the stages: the most, up to 3, that keep as many CTAs per SM as two stages do: a third
+    stage hides copy latency, a resident CTA hides every latency, so the stage never costs a CTA.
+    On sm_90 that is 3 at both head dims (registers hold three CTAs at D = 64 and two at D = 128
+    either way); on sm_80 it is 2, where a third stage at D = 64 would leave two CTAs of the three
+    the registers allow. An architecture the table lacks takes the source's tiles."""
     from .gpus import SM_LIMITS, occupancy
 
     if arch not in SM_LIMITS:
@@ -603,8 +603,9 @@ def _mma07_arch_tiles(arch: str) -> dict[str, int]:
         return occupancy(arch, 32 * _MMA07_WARPS, _MMA07_REGISTERS[D], smem).blocks_per_sm
 
     for D in (64, 128):
-        top = _MMA07_MAX_BLOCK_N
-        bn = top if ctas(D, top, _MMA07_STAGES[D]) >= _MMA07_MIN_CTAS else top // 2
+        bn = _MMA07_MAX_BLOCK_N
+        if ctas(D, bn, _MMA07_STAGES[D]) < _MMA07_MIN_CTAS:
+            bn //= 2
         keep = max(_MMA07_MIN_CTAS, ctas(D, bn, _MMA07_STAGES[D]))
         stages = max(s for s in range(_MMA07_STAGES[D], _MMA07_MAX_STAGES + 1)
                      if s == _MMA07_STAGES[D] or ctas(D, bn, s) >= keep)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from . import toolchain
 from .compile import nvcc_cubin, write_atomic
-from .registry import L4_MAX_SMEM_PER_BLOCK, KernelSpec
+from .registry import KernelSpec
 
 ARCHES = ("sm_80", "sm_89", "sm_90")
 
@@ -218,7 +218,7 @@ def limit_problems(rep: StaticReport, spec: KernelSpec) -> list[str]:
     past one block's limit on the build's architecture (the L4's 99 KB on sm_89). A source that
     holds other ids' entries too (chapter 7's) is judged by this id's: each id is built with the
     tiles it runs with, and another id's entry in its build is never launched."""
-    from .gpus import SM_LIMITS
+    from .gpus import max_smem_per_block
 
     problems = []
     names = {f.name for f in rep.functions}
@@ -228,7 +228,7 @@ def limit_problems(rep: StaticReport, spec: KernelSpec) -> list[str]:
     if spec.entries_by_head_dim is not None:
         dims = sorted(spec.head_dims) if spec.head_dims else []
         launched = {e for D in dims for e in spec.entries_at_head_dim(D)} | set(spec.helper_entries)
-    limit = SM_LIMITS[rep.arch].smem_per_block if rep.arch in SM_LIMITS else L4_MAX_SMEM_PER_BLOCK
+    limit, whose = max_smem_per_block(rep.arch)
     for f in rep.functions:
         if launched is not None and f.name not in launched:
             continue
@@ -236,6 +236,6 @@ def limit_problems(rep: StaticReport, spec: KernelSpec) -> list[str]:
             problems.append(f"{f.name} spills on {rep.arch}: {f.spill_stores} B stored, {f.spill_loads} B loaded")
         total = f.static_smem + rep.dynamic_smem_max
         if total > limit:
-            problems.append(f"{f.name} needs {total} B of shared memory on {rep.arch}, over the "
-                            f"{limit} B one block may have there")
+            problems.append(f"{f.name} needs {total} B of shared memory on {rep.arch}, over "
+                            f"{whose} {limit} B per block")
     return problems
