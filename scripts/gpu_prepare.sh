@@ -10,6 +10,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ARCH=${1:-sm_90}
+# A record of uncommitted changes is never shown (attnlab.provenance): GPU minutes spent on one are
+# lost. A rehearsal makes no record and may run on a dirty tree (ATTNLAB_ALLOW_DIRTY=1).
+if [ -n "$(git status --porcelain -- kernels src)" ] && [ "${ATTNLAB_ALLOW_DIRTY:-0}" != 1 ]; then
+  echo "kernels/ or src/ has uncommitted changes: commit them first, or no record of this session can be shown" >&2
+  exit 1
+fi
 PY=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
 # The GPU machine's driver loads cubins of its own CUDA release (a newer nvcc's may not load).
 read -r nvcc_release host_release < <(PYTHONPATH=$PWD/src "$PY" -c \
@@ -21,8 +27,10 @@ PYTHON=$PY bash scripts/fetch_device_wheels.sh   # its checker reads wheels with
 rm -rf .attnlab-cache
 PYTHONPATH=$PWD/src "$PY" -m attnlab prebuild --arch "$ARCH" --into .attnlab-cache
 # The commit the carried tree is at, for records made in a copy that has no .git.
-# ATTNLAB_GIT_TREE (kernels/ and src/ hashed) marks the copy dirty if either changes after this.
+# ATTNLAB_GIT_TREE (kernels/ and src/ hashed) marks the copy dirty if either changes after this;
+# ATTNLAB_GIT_TIME (the commit's time) lets the copy refuse a record dated before its commit.
 { echo "ATTNLAB_GIT_COMMIT=$(git rev-parse HEAD)"
+  echo "ATTNLAB_GIT_TIME=$(git show -s --format=%ct HEAD)"
   echo "ATTNLAB_GIT_DIRTY=$([ -z "$(git status --porcelain -- kernels src)" ] && echo 0 || echo 1)"
   echo "ATTNLAB_GIT_TREE=$(PYTHONPATH=$PWD/src "$PY" -c 'from attnlab.env import tree_digest; print(tree_digest())')"
 } > .attnlab-cache/git.env

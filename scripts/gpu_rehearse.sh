@@ -42,7 +42,7 @@ if [ "$(cat "$VENV/.complete" 2>/dev/null)" != "$image" ]; then  # made anew whe
 fi
 PY=$VENV/bin/python
 
-bash scripts/gpu_prepare.sh
+ATTNLAB_ALLOW_DIRTY=1 bash scripts/gpu_prepare.sh   # a rehearsal makes no record
 # The rehearsal's 3.12 venv holds no CUDA wheels, like the image, and this machine may have no
 # toolkit: the stages use the nvcc that built the carried cubins (the image's is a system one).
 export ATTNLAB_NVCC=${ATTNLAB_NVCC:-$("$DEV_PY" -c 'from attnlab import toolchain; print(toolchain.nvcc())')}

@@ -164,13 +164,6 @@ def test_sanitize_file_masks_units():
 # --- the dual-mode helpers, with records and with a (simulated) GPU ----------------------------
 
 @pytest.fixture
-def results(tmp_path, monkeypatch):
-    """An empty results/ of our own: the committed one is never touched."""
-    monkeypatch.setenv("ATTNLAB_RESULTS", str(tmp_path / "results"))
-    return tmp_path / "results"
-
-
-@pytest.fixture
 def no_gpu(monkeypatch):
     from attnlab import book
 
@@ -178,15 +171,16 @@ def no_gpu(monkeypatch):
     return book
 
 
-def _check_record(kernel="01_scalar", sha=None, created="2026-01-02T00:00:00Z"):
-    from synthetic import synthetic_record
+def _check_record(kernel="01_scalar", older_source=False, created="2026-01-02T00:00:00Z"):
+    from synthetic import new_test_record, older
 
-    rec = synthetic_record(created=created, kernel=kernel, sha=sha)
-    rec["kind"] = "check"
+    from attnlab.registry import get
+
+    rec = new_test_record("check", [get(kernel, "sm_89")], {"seeds": [0]}, created=created)
     rec["cases"] = [{"kernel": kernel, "shape": [1, 8, 512, 64], "causal": c, "seed": 0, "passed": True,
                      "max_err": 1e-4, "fp16_err": 1e-3, "tolerance": 2.1e-3, "sdpa_err": 5e-4, "reason": ""}
                     for c in (False, True)]
-    return rec
+    return older(rec) if older_source else rec
 
 
 def test_without_records_the_steps_say_so(results, no_gpu, capsys):
@@ -235,28 +229,30 @@ def test_stale_records_are_not_shown(results, no_gpu, capsys):
     from attnlab.results import write_record
 
     book = no_gpu
-    write_record(synthetic_record(sha="0" * 64), results)
-    write_record(_check_record(sha="0" * 64), results)
+    write_record(synthetic_record(older_source=True), results)
+    write_record(_check_record(older_source=True), results)
     assert book.fresh_records("bench", "01_scalar") == []
     assert book.bench(["01_scalar"]) is None
     assert book.check("01_scalar") and "GPU check record" not in capsys.readouterr().out
-    assert "older kernels/01_scalar.cu" in book._stale_note("bench", "01_scalar")
+    assert "is not fresh: its source changed: kernels/01_scalar.cu" in book._stale_note("bench", "01_scalar")
     assert "fresh kernels: none" in book.recorded_gpus()[0]
 
 
-def test_only_fresh_drops_changed_kernels(results):
-    from synthetic import synthetic_record
+def test_only_fresh_kernels_of_a_record_are_shown(results, scratch_repository):
+    from synthetic import git, synthetic_record
 
     from attnlab import book
+    from attnlab.results import write_record
 
-    rec = synthetic_record()
-    rec["kernels"]["old_kernel"] = {"sha256": "1" * 64, "source": "x.cu"}
-    for case in rec["cases"]:
-        case["kernels"]["old_kernel"] = case["kernels"]["01_scalar"]
-    kept = book.only_fresh(rec)
+    path = write_record(synthetic_record(also=["02_block_tiling"]))
+    source = scratch_repository / "kernels" / "02_block_tiling.cu"
+    source.write_text(source.read_text() + "\n// changed since\n")
+    git(scratch_repository, "commit", "-q", "-am", "change 02", date="2020-01-03T00:00:00Z")
+    [kept] = book.fresh_records("bench", "01_scalar")
     assert set(kept["kernels"]) == {"01_scalar"}
     assert all(set(c["kernels"]) == {"01_scalar"} for c in kept["cases"])
-    assert "old_kernel" in rec["kernels"], "the record itself is left alone"
+    assert book.fresh_records("bench", "02_block_tiling") == []
+    assert "02_block_tiling" in json.loads(path.read_text())["kernels"], "the record itself is left alone"
 
 
 def test_gpu_path_measures_asserts_and_saves(results, monkeypatch, capsys):
@@ -271,12 +267,14 @@ def test_gpu_path_measures_asserts_and_saves(results, monkeypatch, capsys):
 
     monkeypatch.setattr(book, "has_gpu", lambda: True)
     monkeypatch.setattr(book, "device_name", lambda: "TEST GPU (NVIDIA L4 table entry)")
+    made = _check_record()  # made before new_record is replaced, as the bench records below
+    timed = synthetic_record(shapes=[tuple(s) for s in book.bench_shapes(True)])
+    wrong = synthetic_record()
     monkeypatch.setattr(attnlab.results, "new_record", lambda kind, specs, settings=None: {
-        **_check_record(), "settings": settings or {}})
+        **made, "cases": [], "settings": settings or {}})
     passed = [CaseResult("01_scalar", (1, 8, 512, 64), False, 0, True, 1e-4, 1e-3, 2.1e-3, 5e-4)]
     monkeypatch.setattr(attnlab.check, "run_suite", lambda specs, seeds, progress: passed)
-    monkeypatch.setattr(attnlab.bench, "run_bench", lambda specs, shapes, quick, progress: synthetic_record(
-        shapes=[tuple(s) for s in shapes]))
+    monkeypatch.setattr(attnlab.bench, "run_bench", lambda specs, shapes, quick, progress: timed)
 
     assert book.check("01_scalar", save=True) == passed
     rec = book.bench(["01_scalar"], quick=True, save=True)
@@ -288,7 +286,6 @@ def test_gpu_path_measures_asserts_and_saves(results, monkeypatch, capsys):
     monkeypatch.setattr(attnlab.check, "run_suite", lambda specs, seeds, progress: failed)
     with pytest.raises(AssertionError, match="1 cases failed"):
         book.check("01_scalar")
-    wrong = synthetic_record()
     wrong["cases"][0]["kernels"]["01_scalar"]["check"]["passed"] = False
     monkeypatch.setattr(attnlab.bench, "run_bench", lambda specs, shapes, quick, progress: wrong)
     with pytest.raises(AssertionError, match="no result"):

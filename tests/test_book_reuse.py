@@ -15,8 +15,7 @@ GPU = "TEST GPU (NVIDIA L4 table entry)"
 
 
 @pytest.fixture
-def on_a_gpu(tmp_path, monkeypatch):
-    monkeypatch.setenv("ATTNLAB_RESULTS", str(tmp_path))
+def on_a_gpu(results, monkeypatch):
     monkeypatch.setenv("ATTNLAB_REUSE_RECORDS", "1")
     monkeypatch.setattr(book, "has_gpu", lambda: True)
     monkeypatch.setattr(book, "device_name", lambda: GPU)
@@ -25,7 +24,7 @@ def on_a_gpu(tmp_path, monkeypatch):
         raise AssertionError("measured live although a fresh record of this GPU exists")
     monkeypatch.setattr("attnlab.bench.run_bench", no_live_run)
     monkeypatch.setattr("attnlab.check.run_suite", no_live_run)
-    return tmp_path
+    return results
 
 
 def _two_kernel_record():

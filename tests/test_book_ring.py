@@ -62,33 +62,32 @@ def _sweep_record():
     return rec
 
 
-def test_sweep_ratios_and_figure():
+def test_sweep_ratios_and_figure(scratch_repository):
+    from synthetic import timing
+
     rec = _sweep_record()
     ratios = book.sweep_ratios(rec, ["fast", "missing"], "base")
     assert list(ratios) == ["fast"]
     assert [(L, r) for L, r, _ in ratios["fast"]] == [(256, 2.0), (512, 2.0)]
-    assert all(n == pytest.approx(0.075) for _, _, n in ratios["fast"])  # (1.1 - 0.95) / 2
+    t = timing(100.0)
+    assert all(n == pytest.approx((t["p90_us"] - t["p10_us"]) / 2 / t["median_us"]) for _, _, n in ratios["fast"])
     assert len(book.sweep_ratio_figure(rec, ["fast"], "base").axes) == 1
     with pytest.raises(KeyError):
         book.sweep_ratio_figure(rec, ["fast"], "nobody")
 
 
-def test_bench_covering_needs_every_kernel(tmp_path, monkeypatch):
+def test_bench_covering_needs_every_kernel(results, monkeypatch):
     from synthetic import synthetic_record
 
-    from attnlab.results import current_hashes, write_record
+    from attnlab.results import write_record
     from attnlab.shapes import Shape
 
-    monkeypatch.setenv("ATTNLAB_RESULTS", str(tmp_path / "results"))
     monkeypatch.setattr(book, "has_gpu", lambda: False)
     shapes = [Shape(1, 8, 512, 64)]
     only_one = synthetic_record(kernel="05_wmma")
-    write_record(only_one, tmp_path / "results")
+    write_record(only_one, results)
     assert book.bench_covering(["05_wmma", "06_ws_s1_p1"], shapes) is None
-    both = synthetic_record(kernel="05_wmma", created="2026-01-03T00:00:00Z")
-    both["kernels"]["06_ws_s1_p1"] = {"sha256": current_hashes()["06_ws_s1_p1"], "source": "06_ws_s1_p1.cu"}
-    for case in both["cases"]:
-        case["kernels"]["06_ws_s1_p1"] = case["kernels"]["05_wmma"]
-    write_record(both, tmp_path / "results")
+    both = synthetic_record(kernel="05_wmma", created="2026-01-03T00:00:00Z", also=["06_ws_s1_p1"])
+    write_record(both, results)
     found = book.bench_covering(["05_wmma", "06_ws_s1_p1"], shapes)
     assert found is not None and found["created_utc"] == "2026-01-03T00:00:00Z"

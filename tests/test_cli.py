@@ -206,7 +206,7 @@ def test_report_without_a_record_says_so_in_one_sentence(capsys, monkeypatch, tm
     assert cli(capsys, "report", "--json")[:2] == (0, "[]\n")
 
 
-def test_report_with_a_record_prints_a_header_row(capsys, monkeypatch, tmp_path):
+def test_report_with_a_record_prints_a_header_row(capsys, monkeypatch, tmp_path, scratch_repository):
     from synthetic import synthetic_record
 
     from attnlab.results import write_record

@@ -28,7 +28,7 @@ def _stage_folder(tmp_path, records=(), notebooks=(), rehearsal=False):
     return session.pack(work, tmp_path / "out", "bench")
 
 
-def test_a_stage_archive_round_trips_into_results(tmp_path):
+def test_a_stage_archive_round_trips_into_results(tmp_path, scratch_repository):
     archives = _stage_folder(tmp_path, records=[synthetic_record()])
     results, book = tmp_path / "results", tmp_path / "book"
     book.mkdir()
@@ -39,11 +39,11 @@ def test_a_stage_archive_round_trips_into_results(tmp_path):
     assert evidence.stage_failures(got.summaries[0]) == ["bench: fault probe-07_mma"]
 
 
-def test_a_record_of_other_sources_is_refused(tmp_path):
-    archives = _stage_folder(tmp_path, records=[synthetic_record(sha="f" * 64)])
+def test_a_record_of_other_sources_is_refused(tmp_path, scratch_repository):
+    archives = _stage_folder(tmp_path, records=[synthetic_record(older_source=True)])
     got = evidence.import_archives(archives, results=tmp_path / "results", book=tmp_path)
     assert got.records == [] and not (tmp_path / "results").exists()
-    assert len(got.refused) == 1 and "01_scalar was measured from source ffffffffffff" in got.refused[0]
+    assert len(got.refused) == 1 and "01_scalar is stale: its source changed" in got.refused[0]
 
 
 def _nb(source: str, output: str = "") -> str:
@@ -68,7 +68,7 @@ def test_executed_pages_are_taken_strangers_and_edited_cells_refused(tmp_path):
     assert any("cells differ from book/ch02_block_tiling.ipynb" in r for r in got.refused)
 
 
-def test_a_rehearsals_archive_gives_nothing_unless_asked(tmp_path):
+def test_a_rehearsals_archive_gives_nothing_unless_asked(tmp_path, scratch_repository):
     archives = _stage_folder(tmp_path, records=[synthetic_record()], rehearsal=True)
     got = evidence.import_archives(archives, results=tmp_path / "results", book=tmp_path)
     assert got.records == [] and any("rehearsal" in r for r in got.refused)
@@ -87,8 +87,8 @@ def test_a_path_out_of_the_archive_is_refused(tmp_path):
     assert got.refused and not (tmp_path.parent / "escaped.json").exists()
 
 
-def test_the_command_fails_on_a_refusal(tmp_path, monkeypatch, capsys):
+def test_the_command_fails_on_a_refusal(tmp_path, monkeypatch, capsys, scratch_repository):
     monkeypatch.setenv("ATTNLAB_RESULTS", str(tmp_path / "results"))
-    bad = _stage_folder(tmp_path, records=[synthetic_record(sha="f" * 64)])
+    bad = _stage_folder(tmp_path, records=[synthetic_record(older_source=True)])
     assert evidence.main([str(a) for a in bad], run_nbval=False) == 1
     assert "REFUSED" in capsys.readouterr().err

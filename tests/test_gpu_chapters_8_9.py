@@ -74,12 +74,27 @@ def test_triton_reference_passes_on_the_gpu():
 
 
 @pytest.mark.gpu
-def test_tuned_launcher_runs():
-    from attnlab import attention, tuned
-    from attnlab.check import make_inputs
+def test_tuned_launcher_runs_the_searched_configuration(monkeypatch, results):
+    """With a search record of this GPU naming a configuration other than the chapter's, the tuned
+    launcher runs that configuration, and its output passes the check."""
+    from test_search import _search_record
 
+    from attnlab import attention, tuned
+    from attnlab.book import device_name
+    from attnlab.check import judge, make_inputs
+    from attnlab.reference import naive_fp16, reference_attention
+    from attnlab.results import write_record
+
+    rec, fast = _search_record(monkeypatch, causal=True, gpu=device_name())
+    write_record(rec)
+    spec, why = tuned.spec_for("07_mma", MISSION, True)
+    default = registry.get("07_mma")
+    assert spec.config != default.config and spec.config == {**default.config, **fast}, why
     q, k, v = make_inputs(MISSION, seed=0)
+    ref = reference_attention(q, k, v, True)
     a = tuned.attention("07_mma", q, k, v, causal=True)
+    verdict = judge(a, ref, float((naive_fp16(q, k, v, True).double() - ref).abs().max()))
+    assert verdict.passed, verdict.reason
     b = attention("07_mma", q, k, v, causal=True)
     assert float((a.double() - b.double()).abs().max()) < 1e-2
 

@@ -106,16 +106,20 @@ def test_profile_kernel_maps_launches_to_causal_flags(fake_ncu):
     assert profile.ncu_version() == "ncu format sample"
 
 
-def test_profile_record_validates_and_reads_back(tmp_path, monkeypatch, fake_ncu):
-    from synthetic import synthetic_record
+def test_profile_record_validates_and_reads_back(results, fake_ncu):
+    from synthetic import new_test_record
 
-    monkeypatch.setenv("ATTNLAB_RESULTS", str(tmp_path / "results"))
-    rec = synthetic_record(created="2026-01-04T00:00:00Z")
-    rec.update(kind="profile", cases=profile.profile_kernel("07_mma"), settings={"metrics": list(profile.DEFAULT_METRICS)})
-    assert validate_record(rec) != []                       # 07_mma has no hash in this record yet
-    from attnlab.results import current_hashes
-    rec["kernels"] = {"07_mma": {"sha256": current_hashes()["07_mma"], "source": "07_mma_swizzle.cu"}}
-    assert validate_record(rec) == []
+    from attnlab.registry import get
+    from attnlab.results import seal
+
+    rec = new_test_record("profile", [get("01_scalar")], {"metrics": list(profile.DEFAULT_METRICS)},
+                          created="2026-01-04T00:00:00Z")
+    rec["cases"] = profile.profile_kernel("07_mma")
+    assert validate_record(rec) != []                       # 07_mma has no hash in this record
+    rec = new_test_record("profile", [get("07_mma", "sm_89")], {"metrics": list(profile.DEFAULT_METRICS)},
+                          created="2026-01-04T00:00:00Z")
+    rec["cases"] = profile.profile_kernel("07_mma")
+    assert validate_record(seal(rec)) == []
     write_record(rec)
     rows = profile.fresh_profile_rows()
     assert [(r["kernel"], r["causal"]) for r in rows] == [("07_mma", False), ("07_mma", True)]
@@ -124,13 +128,13 @@ def test_profile_record_validates_and_reads_back(tmp_path, monkeypatch, fake_ncu
     assert any("metrics" in p for p in validate_record(broken))
 
 
-def test_sanitize_rows_read_fresh_records(tmp_path, monkeypatch):
-    from synthetic import synthetic_record
+def test_sanitize_rows_read_fresh_records(results):
+    from synthetic import new_test_record
 
-    monkeypatch.setenv("ATTNLAB_RESULTS", str(tmp_path / "results"))
-    rec = synthetic_record()
-    rec.update(kind="sanitize", cases=[{"kernel": "01_scalar", "tool": t, "clean": True, "errors": 0}
-                                       for t in ("memcheck", "racecheck")])
+    from attnlab.registry import get
+
+    rec = new_test_record("sanitize", [get("01_scalar")], {"tools": ["memcheck", "racecheck"]})
+    rec["cases"] = [{"kernel": "01_scalar", "tool": t, "clean": True, "errors": 0} for t in ("memcheck", "racecheck")]
     write_record(rec)
     assert [(r["tool"], r["clean"]) for r in profile.fresh_sanitize_rows()] == [("memcheck", True), ("racecheck", True)]
 

@@ -1,3 +1,4 @@
+import math
 import re
 
 import pytest
@@ -36,13 +37,34 @@ GEOMETRY_SHAPES = CHECK_SHAPES + (Shape(4, 16, 4096, 64), Shape(2, 16, 4096, 128
 
 @pytest.mark.parametrize("spec,shape", [(k, s) for k in SPECS for s in GEOMETRY_SHAPES if k.supports_head_dim(s.D)],
                          ids=lambda x: x.label() if isinstance(x, Shape) else x.id)
-def test_launch_geometry_covers_every_row(spec, shape):
+def test_launch_block_and_shared_memory_are_launchable(spec, shape):
     cfg = spec.launch_config(shape)
-    gx, gy, gz = cfg["grid"]
     bx, by, bz = cfg["block"]
-    assert gy * gz >= shape.heads and gx >= 1
     assert 32 <= bx * by * bz <= 1024 and (bx * by * bz) % 32 == 0
     assert 0 <= cfg["dynamic_smem"] <= L4_MAX_SMEM_PER_BLOCK
+
+
+ROW_LENGTHS = (1, 17, 64, 333, 512, 1000, 2048, 4096)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.id)
+def test_launch_geometry_covers_every_row(spec):
+    """Each (batch, head) is one grid row (times the key splits of FlashAttention-2's route), and
+    along L the grid is ceil(L / R) CTAs for one tile of R query rows: every row of every length
+    has exactly one CTA, none of them a CTA past the last tile."""
+    for D in (d for d in (8, 16, 64, 128) if spec.supports_head_dim(d)):
+        splits = [1] + sorted(spec.entries_by_split or ())
+        for k in splits[:4] + splits[-1:]:
+            grids = {L: (spec.at_split(Shape(2, 3, L, D), k)["grid"] if spec.at_split else spec.grid(Shape(2, 3, L, D)))
+                     for L in ROW_LENGTHS}
+            rows = -(-max(ROW_LENGTHS) // grids[max(ROW_LENGTHS)][0])  # R, from the longest length
+            threads = math.prod(spec.block(Shape(2, 3, 4096, D)))
+            # No kernel gives a CTA more query rows than threads (one row a thread at most, chapter 1's
+            # count; a warp's 16-row MMA tiles, chapters 5-7, take fewer): a grid too small for L fails.
+            assert rows <= threads, f"{spec.id} D={D} split={k}: {rows} rows per CTA of {threads} threads"
+            for L, (gx, gy, gz) in grids.items():
+                assert gx == -(-L // rows), f"{spec.id} D={D} split={k}: {gx} CTAs for L={L}, tiles of {rows} rows"
+                assert gy == 2 * 3 and gz in (1, k), f"{spec.id} D={D} split={k}: grid {(gx, gy, gz)}"
 
 
 def test_scalar_threads_match_the_kernel_source():

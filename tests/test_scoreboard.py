@@ -9,18 +9,13 @@ from attnlab.results import validate_record, write_record
 from attnlab.shapes import MISSION, Shape
 
 
-@pytest.fixture
-def results(tmp_path, monkeypatch):
-    monkeypatch.setenv("ATTNLAB_RESULTS", str(tmp_path / "results"))
-    return tmp_path / "results"
-
-
 def _record(with_triton=True):
-    from synthetic import synthetic_record, timing
+    from synthetic import scale, synthetic_record, timing
 
     rec = synthetic_record(shapes=[(1, 8, L, 64) for L in (128, 512, 2048)])
     for case in rec["cases"]:
-        case["baselines"] = {"triton": {"check": {"passed": True}, "device": timing(15.0)}} if with_triton else {}
+        triton = {"check": {"passed": True}, "device": timing(15.0 * scale(case["shape"]))}
+        case["baselines"] = {"triton": triton} if with_triton else {}
         case["baselines_unavailable"] = {} if with_triton else {"triton": "triton is not installed"}
     return rec
 
@@ -52,7 +47,7 @@ def test_rows_put_each_kernel_beside_its_run(results):
 def test_stale_records_stay_off_the_board(results):
     from synthetic import synthetic_record
 
-    write_record(synthetic_record(sha="9" * 64), results)
+    write_record(synthetic_record(older_source=True), results)
     assert scoreboard.rows() == []
 
 

@@ -322,39 +322,39 @@ def test_configured_kernels_agree_with_the_registry_on_shared_memory(tmp_path):
 
 # --- records and the tuned launcher ----------------------------------------------------------------
 
-@pytest.fixture
-def results(tmp_path, monkeypatch):
-    monkeypatch.setenv("ATTNLAB_RESULTS", str(tmp_path / "results"))
-    return tmp_path / "results"
+import attnlab.results  # noqa: E402
 
+_NEW_RECORD = attnlab.results.new_record  # before any test replaces it
 
 def _search_record(monkeypatch, kernel_id="07_mma", shape=MISSION, causal=False, created="2026-01-03T00:00:00Z",
-                   sha=None, gpu="TEST GPU (NVIDIA L4 table entry)"):
+                   older_source=False, gpu="TEST GPU (NVIDIA L4 table entry)"):
     """A search record built by search_record from a synthetic run (the GPU's provenance faked)."""
     import attnlab.results
-    from synthetic import synthetic_record
+    from synthetic import new_test_record, older, timing
+
+    made = _NEW_RECORD
 
     def fake_new_record(kind, specs, settings=None):
-        rec = synthetic_record(created=created, gpu=gpu)
-        rec.update(kind=kind, settings=settings or {}, cases=[],
-                   kernels={s.id: {"sha256": sha or attnlab.results.current_hashes()[s.id], "source": s.source}
-                            for s in specs})
-        return rec
+        rec = new_test_record(kind, specs, settings, gpu=gpu, created=created, make=made)
+        return older(rec) if older_source else rec
 
     monkeypatch.setattr(attnlab.results, "new_record", fake_new_record)
     candidates = search.valid_space(kernel_id, shape.D)
     default = search.default_config(kernel_id, shape.D)
     fast = next(c for c in candidates if c != default)
     times = {search._key(default): 50.0, search._key(fast): 40.0}
-    fitness = lambda c: Trial(c, "ok", times.get(search._key(c), 60.0)) if c != candidates[-1] else \
-        Trial(c, "static", reason="spills")  # noqa: E731
+    def fitness(c):
+        if c == candidates[-1]:
+            return Trial(c, "static", reason="spills")
+        t = timing(times.get(search._key(c), 60.0))
+        return Trial(c, "ok", t["median_us"], detail={"device": t, "check": {"passed": True, "max_err": 1e-4}})
     result = exhaustive([default] + [c for c in candidates if c != default], fitness)
     return search.search_record(kernel_id, shape, causal, result, {"strategy": "exhaustive"}), fast
 
 
 def test_search_record_is_valid_and_complete(monkeypatch):
     rec, fast = _search_record(monkeypatch)
-    assert validate_record(rec) == []
+    assert validate_record(attnlab.results.seal(rec)) == []
     s = rec["search"]
     assert s["best"] == {"config": fast, "time_us": 40.0} and s["default"]["time_us"] == 50.0
     assert len(rec["cases"]) == s["valid_size"] and s["counts"]["static"] == 1
@@ -381,7 +381,7 @@ def test_tuned_launcher_reads_fresh_search_records(monkeypatch, results):
     assert tuned.spec_for("07_mma", MISSION, False, gpu="another GPU")[0] is registry.get("07_mma")
     assert (gpu, "07_mma", tuple(MISSION), False) in search.best_configs()
     # A newer search of a changed kernel (another hash) is stale: ignored, and the older fresh one stays.
-    stale, _ = _search_record(monkeypatch, created="2026-02-01T00:00:00Z", sha="e" * 64)
+    stale, _ = _search_record(monkeypatch, created="2026-02-01T00:00:00Z", older_source=True)
     write_record(stale, results)
     assert len(search.fresh_search_records()) == 1
 

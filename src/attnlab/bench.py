@@ -31,14 +31,21 @@ class Timing:
     p90_us: float
     reps: int
     inner: int
+    samples_us: list[float]  # every replay's time per call, as timed: the median and spread follow from them
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def _quantiles(samples: list[float], reps: int, inner: int) -> Timing:
+SAMPLE_DECIMALS = 4  # 0.1 ns: far below the events' resolution, and a record stays small
+
+
+def summarize(samples: list[float], reps: int, inner: int) -> Timing:
+    """The Timing of raw samples (rounded to SAMPLE_DECIMALS first, so that a record's median and
+    spread can be recomputed exactly from what it stores)."""
+    samples = [round(float(x), SAMPLE_DECIMALS) for x in samples]
     qs = statistics.quantiles(samples, n=10, method="inclusive") if len(samples) > 1 else [samples[0]] * 9
-    return Timing(statistics.median(samples), qs[0], qs[-1], reps, inner)
+    return Timing(statistics.median(samples), qs[0], qs[-1], reps, inner, samples)
 
 
 def device_time(fn: Callable[[], object], reps: int = 50, warmup: int = 5) -> Timing:
@@ -77,7 +84,7 @@ def device_time(fn: Callable[[], object], reps: int = 50, warmup: int = 5) -> Ti
     torch.cuda.synchronize()
     samples = [s.elapsed_time(e) * 1e3 / inner for s, e in events]
     del graph
-    return _quantiles(samples, reps, inner)
+    return summarize(samples, reps, inner)
 
 
 def host_latency(fn: Callable[[], object], reps: int = 50, warmup: int = 5) -> Timing:
@@ -93,7 +100,7 @@ def host_latency(fn: Callable[[], object], reps: int = 50, warmup: int = 5) -> T
         fn()
         torch.cuda.synchronize()
         samples.append((time.perf_counter() - t0) * 1e6)
-    return _quantiles(samples, reps, 1)
+    return summarize(samples, reps, 1)
 
 
 def matmul_ceiling(n: int = 4096, reps: int = 20) -> dict:

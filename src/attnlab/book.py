@@ -9,7 +9,6 @@ returned, never typed.
 """
 from __future__ import annotations
 
-import copy
 import io
 import os
 
@@ -96,34 +95,19 @@ def record_label(rec: dict) -> str:
 
 
 def only_kernels(rec: dict, keep) -> dict:
-    """A copy of a record reduced to the kernels in `keep`: their hashes, their bench entries, their
-    check cases."""
-    out = copy.deepcopy(rec)
-    out["kernels"] = {kid: meta for kid, meta in out["kernels"].items() if kid in keep}
-    for case in out["cases"]:
-        if "kernels" in case:  # bench
-            case["kernels"] = {kid: e for kid, e in case["kernels"].items() if kid in keep}
-    if rec["kind"] == "check":
-        out["cases"] = [c for c in out["cases"] if c["kernel"] in keep]
-    return out
+    """A copy of a record reduced to the kernels in `keep` (attnlab.results.reduce_to)."""
+    from .results import reduce_to
 
-
-def only_fresh(rec: dict) -> dict:
-    """A copy of a record keeping only the kernels whose source still hashes to what was measured."""
-    from .results import fresh_kernels
-
-    return only_kernels(rec, fresh_kernels(rec))
+    return reduce_to(rec, keep)
 
 
 def fresh_records(kind: str, kernel_id: str) -> list[dict]:
-    """Committed records of `kind` that measured `kernel_id` from its current source, each reduced
-    to its fresh kernels: the reference GPU's first, then newest first."""
-    from .results import current_hashes, load_records
+    """Committed records of `kind` in which `kernel_id` is fresh (attnlab.results: bound to this
+    repository, physical, and measured from what would run now), each reduced to its fresh
+    kernels: the reference GPU's first, then the latest commit first."""
+    from .results import fresh_records as shown
 
-    want = current_hashes()[kernel_id]
-    loaded, _ = load_records()
-    recs = [only_fresh(item.record) for item in reversed(loaded)
-            if item.record["kind"] == kind and item.record["kernels"].get(kernel_id, {}).get("sha256") == want]
+    recs = list(reversed(shown(kind, kernel_id=kernel_id)))
     return sorted(recs, key=lambda r: lookup(r["gpu"]["name"]) != by_key(REFERENCE_GPU))
 
 
@@ -136,7 +120,7 @@ def reuse_records() -> bool:
 def _this_gpu(records: list[dict]) -> list[dict]:
     """The records measured on the GPU at hand, newest first."""
     name = device_name()
-    return sorted((r for r in records if r["gpu"]["name"] == name), key=lambda r: r["created_utc"], reverse=True)
+    return [r for r in records if r["gpu"]["name"] == name]  # fresh_records: latest commit first
 
 
 def reusable_check(kernel_id: str, seeds) -> dict | None:
@@ -168,11 +152,14 @@ def _stale_note(kind: str, kernel_id: str) -> str:
     from .results import load_records
 
     loaded, _ = load_records()
-    old = [item.record for item in loaded if item.record["kind"] == kind and kernel_id in item.record["kernels"]]
+    old = [item for item in loaded if item.record.get("kind") == kind and kernel_id in item.record.get("kernels", {})]
     if not old:
         return f"No {kind} record of {kernel_id} is committed under results/."
-    return (f"The committed {kind} records of {kernel_id} ({len(old)}, newest: {record_label(old[-1])}) "
-            f"measured an older kernels/{registry.get(kernel_id).source}; their numbers are not shown.")
+    last = old[-1]
+    why = ("it is refused: " + last.refused[0] if last.refused else
+           "it measured uncommitted changes" if last.local else "; ".join(last.stale.get(kernel_id, [])))
+    return (f"The committed {kind} records of {kernel_id} ({len(old)}) are not shown; the latest, "
+            f"{record_label(last.record)}, is not fresh: {why}.")
 
 
 # --- chapter steps ---------------------------------------------------------------------------
@@ -346,14 +333,10 @@ def bench(kernel_ids: list[str], quick: bool = True, save: bool = False) -> dict
 
 
 def latest_bench(gpu: GpuSpec) -> dict | None:
-    """The newest committed bench record taken on `gpu`, reduced to its fresh kernels."""
-    from .results import load_records
+    """The fresh bench record of the latest commit taken on `gpu`, reduced to its fresh kernels."""
+    from .results import fresh_records as shown
 
-    loaded, _ = load_records()
-    for item in reversed(loaded):
-        if item.record["kind"] == "bench" and lookup(item.record["gpu"]["name"]) == gpu:
-            return only_fresh(item.record)
-    return None
+    return next((rec for rec in reversed(shown("bench")) if lookup(rec["gpu"]["name"]) == gpu), None)
 
 
 def case_time(rec: dict | None, kernel_id: str, shape: Shape = MISSION, causal: bool = False) -> float | None:
@@ -376,6 +359,9 @@ def measured_sentence(rec: dict | None, kernel_id: str, shape: Shape = MISSION, 
 
     case = find_case(rec, shape, causal)
     entry = (case or {}).get("kernels", {}).get(kernel_id, {})
+    if "check" in entry and not entry["check"]["passed"]:
+        return (f"On {record_label(rec)}, {kernel_id} FAILED its check at {shape.label()} (causal={causal}): "
+                f"{entry['check']['reason']}; a wrong output is never timed")
     if "device" not in entry:
         return f"The record {record_label(rec)} has no time for {kernel_id} at {shape.label()}, causal={causal}"
     t = entry["device"]["median_us"]
@@ -390,8 +376,6 @@ def measured_sentence(rec: dict | None, kernel_id: str, shape: Shape = MISSION, 
     if gpu is not None:
         f = floor(shape, gpu, causal)
         text += f"; the {gpu.key}'s floor is {fmt_us(f.us)} ({f.bound}-bound)"
-    if not entry["check"]["passed"]:
-        text += f". Its output FAILED the check in that run ({entry['check']['reason']}), so the time is no result"
     return text
 
 
@@ -405,7 +389,8 @@ def floor_text(shape: Shape, gpu: GpuSpec, causal: bool) -> str:
 
 
 def roofline_points(rec: dict, shape: Shape = MISSION) -> list[tuple[str, Shape, bool, float]]:
-    """(label, shape, causal, µs) of every kernel and SDPA backend a record timed at `shape`."""
+    """(label, shape, causal, µs) of every kernel and SDPA backend a record timed at `shape`: only
+    outputs that passed their check carry a time (failed_labels names the others)."""
     from .plot import find_case
 
     points = []
@@ -426,8 +411,14 @@ def roofline(gpu: GpuSpec, rec: dict | None = None, shape: Shape = MISSION):
     from .gpus import arithmetic_intensity
     from .plot import roofline as draw
 
+    from .plot import failed_labels
+
     fig = draw(gpu, roofline_points(rec, shape) if rec else [], ceilings=(rec or {}).get("ceilings"))
     ax = fig.axes[0]
+    failed = failed_labels(rec, shape) if rec else []
+    if failed:
+        ax.text(0.01, 0.01, "FAILED its check, not drawn: " + ", ".join(failed), transform=ax.transAxes,
+                fontsize=7, color="tab:red", va="bottom")
     for causal, style in ((False, "-."), (True, ":")):
         ax.axvline(arithmetic_intensity(shape, causal), color="tab:orange", ls=style, lw=1,
                    label=f"{shape.label()}{' causal' if causal else ''}")
@@ -459,6 +450,7 @@ def recorded_gpus() -> list[str]:
     from .results import load_records, verify
 
     loaded, problems = load_records()
+    loaded = [item for item in loaded if item.shown]
     v = verify()
     lines = []
     for name in sorted({item.record["gpu"]["name"] for item in loaded}):
@@ -469,7 +461,7 @@ def recorded_gpus() -> list[str]:
         lines.append(f"{name} (sm_{g['compute_capability'].replace('.', '')}, {g['sm_count']} SMs, "
                      f"driver {g['driver']}, CUDA {g['cuda_runtime']}): {kinds} records, newest "
                      f"{recs[-1]['created_utc'][:10]}; fresh kernels: {', '.join(fresh)}")
-    lines += [f"malformed: {p}" for p in problems]
+    lines += [f"not shown: {p}" for p in problems]
     return lines
 
 
@@ -725,20 +717,15 @@ def bench_at(kernel_ids: list[str], shapes: list[Shape], quick: bool = True, sav
 
 def record_rows(rec: dict | None) -> list[dict]:
     """attnlab.results.report_rows of one record (kernel time, fastest SDPA backend, speedup,
-    TFLOP/s, share of the datasheet peak and of the matmul ceiling measured in the same run), each
-    row with the record's flash-backend time added as `sdpa_flash_us` (None where flash did not
-    run). Empty for None."""
-    import tempfile
-    from pathlib import Path
-
+    TFLOP/s, share of the datasheet peak and of the matmul ceiling measured in the same run; no
+    time where the check FAILED), each row with the record's flash-backend time added as
+    `sdpa_flash_us` (None where flash did not run). Empty for None."""
     from .plot import find_case
-    from .results import report_rows, write_record
+    from .results import report_rows
 
     if rec is None:
         return []
-    with tempfile.TemporaryDirectory() as tmp:
-        write_record(rec, Path(tmp))
-        rows = report_rows(Path(tmp))
+    rows = report_rows([rec])
     for row in rows:
         case = find_case(rec, Shape(*row["shape"]), row["causal"])
         flash = case["sdpa"].get("flash")
@@ -942,10 +929,23 @@ def sweep_ratio_figure(rec: dict, kernel_ids: list[str], baseline: str, causal: 
     ratios = sweep_ratios(rec, kernel_ids, baseline, causal, B, H, D)
     if not ratios:
         raise KeyError(f"record has no case with {baseline} and {kernel_ids} at B={B}, H={H}, D={D}")
+    from .plot import failed
+
+    failures: dict[str, list[int]] = {}  # a failed output has no time, so no ratio: named instead
+    for case in sorted(rec["cases"], key=lambda c: c["shape"][2]):
+        if case["causal"] == causal and (case["shape"][0], case["shape"][1], case["shape"][3]) == (B, H, D):
+            for kid in [baseline, *kernel_ids]:
+                if failed(case["kernels"].get(kid, {})):
+                    failures.setdefault(kid, []).append(case["shape"][2])
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for kid, pts in ratios.items():
+        label = (labels or {}).get(kid, kid)
+        if kid in failures:
+            label += f" (FAILED its check at L={', '.join(map(str, failures[kid]))})"
         ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[1] * p[2] for p in pts],
-                    marker="o", ms=3, capsize=2, label=(labels or {}).get(kid, kid))
+                    marker="o", ms=3, capsize=2, label=label)
+    if baseline in failures:
+        ax.plot([], [], color="black", label=f"{baseline} FAILED its check at L={', '.join(map(str, failures[baseline]))}")
     ax.axhline(1.0, color="black", lw=0.8)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("sequence length L")

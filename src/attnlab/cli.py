@@ -270,10 +270,11 @@ def cmd_bench(args) -> int:
             return 1
     record = run_bench(specs, shapes, quick=args.quick)
     failed = failed_cases(record)
+    for kid, shape, causal in failed:
+        print(f"FAIL {kid} {shape} causal={causal}: wrong output, so it was not timed (the record marks it FAILED)",
+              file=sys.stderr)
     if not args.no_record:
         print(f"record: {write_record(record)}")
-    for kid, shape, causal in failed:
-        print(f"FAIL {kid} {shape} causal={causal}: wrong output, its time is not a result", file=sys.stderr)
     _print_report(None)
     return 1 if failed else 0
 
@@ -427,6 +428,8 @@ def cmd_verify(args) -> int:
         print(f"no fresh record: {kid} (awaits a GPU run: python -m attnlab bench {kid})")
     if v.superseded:
         print(f"{v.superseded} older entries of changed kernels are superseded by newer records")
+    for path in v.local:
+        print(f"local   {path} (measured from uncommitted changes: kept for reading, never shown)")
     status = "ok" if v.ok else "FAILED"
     print(f"verify-results {status}: {len(v.fresh)} fresh (GPU, kernel) pairs, "
           f"{len(v.missing)} kernels without a fresh record, {len(v.problems)} problems")
@@ -479,8 +482,9 @@ def _print_report(as_json) -> None:
         print(f"No fresh bench record under {where}: `python -m attnlab bench` on a GPU makes one.")
         return
     table = [("gpu", "kernel", "shape", "causal", "kernel µs", "SDPA", "SDPA µs", "vs SDPA", "check")]
-    table += [(r["gpu"], r["kernel"], str(tuple(r["shape"])), str(r["causal"]), f"{r['median_us']:.1f}",
-               r["sdpa_backend"], f"{r['sdpa_median_us']:.1f}", f"x{r['speedup_vs_sdpa']:.2f}",
+    table += [(r["gpu"], r["kernel"], str(tuple(r["shape"])), str(r["causal"]),
+               f"{r['median_us']:.1f}" if r["check_passed"] else "FAILED", r["sdpa_backend"],
+               f"{r['sdpa_median_us']:.1f}", f"x{r['speedup_vs_sdpa']:.2f}" if r["check_passed"] else "",
                "pass" if r["check_passed"] else "FAIL") for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     numeric = {4, 6, 7}

@@ -6,7 +6,6 @@ import platform
 import subprocess
 from importlib import metadata
 
-from .paths import repo_root
 
 
 class NoGpuError(RuntimeError):
@@ -87,36 +86,15 @@ def nvidia_smi(field: str) -> str | None:
 
 def tree_digest() -> str:
     """sha256 over kernels/ and src/ (paths and contents): what a commit stamp vouches for."""
-    import hashlib
+    from .provenance import tree_digest as digest
 
-    h = hashlib.sha256()
-    root = repo_root()
-    for folder in ("kernels", "src"):
-        for path in sorted((root / folder).rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts and ".egg-info" not in str(path):
-                h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()
+    return digest()
 
 
 def git_commit() -> dict:
-    """The commit a run measured, and whether the tree had uncommitted changes. A copy of the tree
-    without .git (a GPU machine's) takes them from ATTNLAB_GIT_COMMIT and ATTNLAB_GIT_DIRTY, which
-    scripts/gpu_prepare.sh stamps where the repository is."""
-    import os
+    """The commit a run measured, its tree digest, and whether the tree had changes the commit
+    lacks (attnlab.provenance.describe_now: a copy without .git reads the stamp gpu_prepare.sh
+    wrote)."""
+    from .provenance import describe_now
 
-    def git(*args):
-        return subprocess.run(["git", *args], cwd=repo_root(), capture_output=True, text=True, timeout=20)
-    try:
-        head = git("rev-parse", "HEAD")
-        dirty = git("status", "--porcelain", "--", "kernels", "src")
-    except (OSError, subprocess.TimeoutExpired):
-        head = dirty = None
-    if head is None or head.returncode != 0:
-        stamped = os.environ.get("ATTNLAB_GIT_COMMIT") or None
-        flag, tree = os.environ.get("ATTNLAB_GIT_DIRTY"), os.environ.get("ATTNLAB_GIT_TREE")
-        if flag is None:
-            return {"commit": stamped, "dirty": None}
-        # An edit after the stamp was made leaves the commit's name but makes the tree dirty.
-        return {"commit": stamped, "dirty": flag == "1" or (tree is not None and tree != tree_digest())}
-    return {"commit": head.stdout.strip() or None,
-            "dirty": bool(dirty.stdout.strip()) if dirty.returncode == 0 else None}
+    return describe_now()

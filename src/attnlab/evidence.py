@@ -47,20 +47,16 @@ def _members(tar: tarfile.TarFile, archive: Path) -> tuple[list[tarfile.TarInfo]
 
 
 def record_problems(rec) -> list[str]:
-    """Why a record may not enter results/: malformed, or measured from sources this checkout lacks."""
-    from .results import current_hashes, validate_record
+    """Why a record may not enter results/: malformed, not bound to this repository, breaking
+    physics, measured from uncommitted changes, or stale for a kernel (attnlab.results.assess)."""
+    from .results import assess
 
-    problems = validate_record(rec)
-    if problems:
-        return problems
-    hashes = current_hashes()
-    for kid, meta in rec["kernels"].items():
-        if kid not in hashes:
-            problems.append(f"kernel {kid} is not in this checkout's registry")
-        elif meta["sha256"] != hashes[kid]:
-            problems.append(f"{kid} was measured from source {meta['sha256'][:12]}, but this checkout's "
-                            f"kernels/ hash to {hashes[kid][:12]}")
-    return problems
+    item = assess(Path("record"), rec)
+    if item.refused:
+        return item.refused
+    if item.local:
+        return ["measured from a tree with uncommitted changes: it could never be shown"]
+    return [f"{kid} is stale: " + "; ".join(why) for kid, why in item.stale.items() if why]
 
 
 def same_cells(new: bytes, page: Path) -> bool:

@@ -25,14 +25,34 @@ def find_case(rec: dict, shape, causal: bool) -> dict | None:
     return None
 
 
+def failed(entry: dict) -> bool:
+    """A bench entry whose output failed its check: it has no time, and figures say FAILED."""
+    return "check" in entry and not entry["check"]["passed"]
+
+
+def failed_labels(rec: dict, shape: Shape) -> list[str]:
+    """The kernels (with " causal") whose output FAILED its check at `shape` in a record."""
+    out = []
+    for causal in (False, True):
+        case = find_case(rec, shape, causal) or {"kernels": {}}
+        out += [f"{kid}{' causal' if causal else ''}" for kid, e in case["kernels"].items() if failed(e)]
+    return out
+
+
 def latency_bars(rec: dict, shape: Shape, causal: bool = False, ax=None):
-    """Median device time (p10-p90 whiskers) of each kernel and SDPA backend at one shape."""
+    """Median device time (p10-p90 whiskers) of each kernel and SDPA backend at one shape; a
+    kernel whose output failed its check gets no bar, only the word FAILED."""
     case = find_case(rec, shape, causal)
     if case is None:
         raise KeyError(f"record has no case {shape.label()} causal={causal}")
     labels, med, lo, hi, colors = [], [], [], [], []
+    failures = []
     for kid, entry in case["kernels"].items():
-        if "device" in entry:
+        if failed(entry):
+            failures.append(len(labels))
+            labels.append(kid), med.append(0.0), lo.append(0.0), hi.append(0.0)
+            colors.append(KERNEL_COLOR)
+        elif "device" in entry:
             t = entry["device"]
             labels.append(kid), med.append(t["median_us"]), lo.append(t["p10_us"]), hi.append(t["p90_us"])
             colors.append(KERNEL_COLOR)
@@ -50,6 +70,10 @@ def latency_bars(rec: dict, shape: Shape, causal: bool = False, ax=None):
     ax.set_yticks(list(y), labels)
     ax.invert_yaxis()
     ax.set_xscale("log")
+    timed = [m for i, m in enumerate(med) if i not in failures]
+    for i in failures:  # no bar: the word, at the left edge of the timed bars
+        ax.text(min(timed) / 2 if timed else 1.0, i, "FAILED its check: no time", va="center", fontsize=8,
+                color="tab:red")
     ax.set_xlabel("device time per call, µs (median, p10-p90)")
     gpu = lookup(rec["gpu"]["name"])
     if gpu is not None:
@@ -72,9 +96,12 @@ def length_sweep(rec: dict, B: int, H: int, D: int, causal: bool = False, ax=Non
     if ax is None:
         fig, ax = plt.subplots(figsize=(7, 4.2))
     series: dict[str, list[tuple[int, float]]] = {}
+    failures: dict[str, list[int]] = {}
     for c in cases:
         for kid, entry in c["kernels"].items():
-            if "device" in entry:
+            if failed(entry):
+                failures.setdefault(kid, []).append(c["shape"][2])
+            elif "device" in entry:
                 series.setdefault(kid, []).append((c["shape"][2], entry["device"]["median_us"]))
         for name, t in c["sdpa"].items():
             series.setdefault(f"SDPA {name}", []).append((c["shape"][2], t["median_us"]))
@@ -83,7 +110,11 @@ def length_sweep(rec: dict, B: int, H: int, D: int, causal: bool = False, ax=Non
         style = dict(color=SDPA_COLORS.get(name, KERNEL_COLOR), marker="o", ms=3)
         if label.startswith("SDPA"):
             style["ls"] = "--"
+        if label in failures:
+            label += f" (FAILED its check at L={', '.join(map(str, failures[label]))}: not drawn there)"
         ax.plot([p[0] for p in pts], [p[1] for p in pts], label=label, **style)
+    for kid in failures.keys() - series.keys():
+        ax.plot([], [], color=KERNEL_COLOR, label=f"{kid} (FAILED its check at every L: no time)")
     gpu = lookup(rec["gpu"]["name"])
     if gpu is not None:
         Ls = [c["shape"][2] for c in cases]

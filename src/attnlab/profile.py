@@ -212,16 +212,12 @@ def run_profile(kernel_ids: list[str] | None = None, metrics=DEFAULT_METRICS, sh
 
 
 def _fresh_cases(kind: str, root=None):
-    """(record, case) of every case of a `kind` record whose kernel still matches its source,
-    oldest record first (so newer ones overwrite when rows are keyed)."""
-    from .results import current_hashes, fresh_kernels, load_records
+    """(record, case) of every case of a fresh `kind` record (attnlab.results.fresh_records: only
+    its fresh kernels), oldest commit first (so newer ones overwrite when rows are keyed)."""
+    from .results import fresh_records
 
-    hashes = current_hashes()
-    loaded, _ = load_records(root)
-    for item in loaded:
-        if item.record["kind"] == kind:
-            fresh = fresh_kernels(item.record, hashes)
-            yield from ((item.record, case) for case in item.record["cases"] if case["kernel"] in fresh)
+    for rec in fresh_records(kind, root):
+        yield from ((rec, case) for case in rec["cases"])
 
 
 def fresh_profile_rows(root=None) -> list[dict]:

@@ -28,13 +28,14 @@ def scoreboard_shapes(quick: bool = True) -> list[Shape]:
     return list(dict.fromkeys([MISSION] + [Shape(MISSION.B, MISSION.H, L, D) for D in HEAD_DIMS for L in lengths]))
 
 
-def rows(root=None) -> list[dict]:
-    """Every timed kernel case of the fresh bench records, newest record winning per
-    (GPU, kernel, shape, causal), with the same run's baselines and the GPU's floor."""
+def rows(root=None, records: list[dict] | None = None) -> list[dict]:
+    """Every checked kernel case of the fresh bench records (or of `records`), the latest commit's
+    record winning per (GPU, kernel, shape, causal), with the same run's baselines and the GPU's
+    floor. A kernel whose output FAILED its check has a row with passed False and no time."""
     from .results import fresh_bench_records
 
     out: dict[tuple, dict] = {}
-    for rec in fresh_bench_records(root):  # oldest first
+    for rec in fresh_bench_records(root) if records is None else records:  # oldest first
         gpu_name = rec["gpu"]["name"]
         gpu = lookup(gpu_name)
         for case in rec["cases"]:
@@ -44,22 +45,24 @@ def rows(root=None) -> list[dict]:
             triton = (case.get("baselines") or {}).get("triton", {})
             best_sdpa = min(sdpa, key=sdpa.get) if sdpa else None
             for kid, entry in case["kernels"].items():
-                if "device" not in entry:
+                if "check" not in entry:  # skipped: the kernel does not take this shape
                     continue
-                t = entry["device"]["median_us"]
+                passed = bool(entry["check"]["passed"])
+                t = entry["device"]["median_us"] if passed and "device" in entry else None
                 spec = registry.KERNELS.get(kid)
                 f = floor(shape, gpu, causal) if gpu else None
                 out[(gpu_name, kid, tuple(shape), causal)] = {
                     "gpu": gpu_name, "kernel": kid, "chapter": spec.chapter if spec else None,
                     "shape": shape, "causal": causal, "median_us": t,
-                    "host_us": entry.get("host", {}).get("median_us"),
-                    "passed": bool(entry["check"]["passed"]),
+                    "host_us": entry.get("host", {}).get("median_us") if t else None,
+                    "passed": passed,
                     "sdpa": sdpa, "sdpa_host": sdpa_host, "best_sdpa": best_sdpa,
-                    "best_sdpa_us": sdpa.get(best_sdpa), "vs_sdpa": sdpa[best_sdpa] / t if best_sdpa else None,
+                    "best_sdpa_us": sdpa.get(best_sdpa),
+                    "vs_sdpa": sdpa[best_sdpa] / t if best_sdpa and t else None,
                     "triton_us": triton.get("device", {}).get("median_us"),
-                    "tflops": tflops(shape, causal, t),
+                    "tflops": tflops(shape, causal, t) if t else None,
                     "floor_us": f.us if f else None, "floor_bound": f.bound if f else None,
-                    "share_of_peak": tflops(shape, causal, t) / gpu.fp16_tflops if gpu else None,
+                    "share_of_peak": tflops(shape, causal, t) / gpu.fp16_tflops if gpu and t else None,
                     "recorded_utc": rec["created_utc"],
                 }
     return [out[k] for k in sorted(out, key=lambda k: (k[0], k[2], k[3], registry.KERNELS[k[1]].chapter
@@ -150,7 +153,7 @@ def plot_host_vs_device(table: list[dict], gpu: str, shape: Shape = MISSION, cau
     latency a Python caller sees (perf_counter around call + synchronize), same run."""
     import matplotlib.pyplot as plt
 
-    sel = [r for r in table if r["gpu"] == gpu and r["shape"] == shape and r["causal"] == causal]
+    sel = [r for r in table if r["gpu"] == gpu and r["shape"] == shape and r["causal"] == causal and r["passed"]]
     labels, dev, host = [], [], []
     for r in sel:
         labels.append(r["kernel"]), dev.append(r["median_us"]), host.append(r["host_us"] or 0)

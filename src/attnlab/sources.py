@@ -5,7 +5,7 @@ import functools
 import hashlib
 from pathlib import Path
 
-from .paths import kernels_dir, repo_root
+from .paths import kernels_dir
 from .registry import KernelSpec
 
 
@@ -27,15 +27,6 @@ def kernel_hash(spec: KernelSpec) -> str:
 def _hash_files(files: tuple[Path, ...], stamps: tuple) -> str:
     h = hashlib.sha256()
     for path in files:
-        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()
-
-
-def harness_hash() -> str:
-    """sha256 over the attnlab package: which harness produced a record (provenance only)."""
-    h = hashlib.sha256()
-    pkg = repo_root() / "src" / "attnlab"
-    for path in sorted(pkg.glob("*.py")):
         h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
 
