@@ -32,7 +32,7 @@ PYTHONPATH=$PWD/src "$PY" -m attnlab prebuild --arch "$ARCH" --into .attnlab-cac
 { echo "ATTNLAB_GIT_COMMIT=$(git rev-parse HEAD)"
   echo "ATTNLAB_GIT_TIME=$(git show -s --format=%ct HEAD)"
   echo "ATTNLAB_GIT_DIRTY=$([ -z "$(git status --porcelain -- kernels src)" ] && echo 0 || echo 1)"
-  echo "ATTNLAB_GIT_TREE=$(PYTHONPATH=$PWD/src "$PY" -c 'from attnlab.env import tree_digest; print(tree_digest())')"
+  echo "ATTNLAB_GIT_TREE=$(PYTHONPATH=$PWD/src "$PY" -c 'from attnlab.provenance import tree_digest; print(tree_digest())')"
 } > .attnlab-cache/git.env
 tree_bytes=$(git ls-files -z --cached --others --exclude-standard | xargs -0 -r du -cb 2>/dev/null | tail -1 | cut -f1)
 carry_bytes=$(du -cb .whl .attnlab-cache | tail -1 | cut -f1)

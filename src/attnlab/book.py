@@ -94,13 +94,6 @@ def record_label(rec: dict) -> str:
     return f"{rec['gpu']['name']}, {rec['created_utc'][:10]} (commit {commit}{dirty})"
 
 
-def only_kernels(rec: dict, keep) -> dict:
-    """A copy of a record reduced to the kernels in `keep` (attnlab.results.reduce_to)."""
-    from .results import reduce_to
-
-    return reduce_to(rec, keep)
-
-
 def fresh_records(kind: str, kernel_id: str) -> list[dict]:
     """Committed records of `kind` in which `kernel_id` is fresh (attnlab.results: bound to this
     repository, physical, and measured from what would run now), each reduced to its fresh
@@ -288,11 +281,11 @@ def _measure_now(kernel_ids: list[str], shapes, quick: bool, save: bool) -> dict
     """Time the kernels next to every SDPA backend at `shapes` on this GPU, write the record if
     `save`, and refuse (assert) if any output failed its check."""
     from .bench import failed_cases, run_bench
-    from .results import write_record
+    from .results import reduce_to, write_record
 
     rec = reusable_bench(kernel_ids, shapes) if reuse_records() else None
     if rec is not None:
-        rec = only_kernels(rec, kernel_ids)
+        rec = reduce_to(rec, kernel_ids)
         print(f"Measured on this GPU in this session:\n  {record_label(rec)}")
     else:
         rec = run_bench([registry.get(k) for k in kernel_ids], shapes, quick=quick, progress=False)
@@ -409,9 +402,8 @@ def roofline(gpu: GpuSpec, rec: dict | None = None, shape: Shape = MISSION):
     """The GPU's roofline with the shape's arithmetic intensity marked (causal and not), and the
     points and measured ceilings of a record when there is one."""
     from .gpus import arithmetic_intensity
-    from .plot import roofline as draw
-
     from .plot import failed_labels
+    from .plot import roofline as draw
 
     fig = draw(gpu, roofline_points(rec, shape) if rec else [], ceilings=(rec or {}).get("ceilings"))
     ax = fig.axes[0]

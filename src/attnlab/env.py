@@ -7,7 +7,6 @@ import subprocess
 from importlib import metadata
 
 
-
 class NoGpuError(RuntimeError):
     """Raised when something that needs a CUDA GPU runs without one."""
 
@@ -82,19 +81,3 @@ def nvidia_smi(field: str) -> str | None:
         return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
     except (OSError, subprocess.TimeoutExpired):
         return None
-
-
-def tree_digest() -> str:
-    """sha256 over kernels/ and src/ (paths and contents): what a commit stamp vouches for."""
-    from .provenance import tree_digest as digest
-
-    return digest()
-
-
-def git_commit() -> dict:
-    """The commit a run measured, its tree digest, and whether the tree had changes the commit
-    lacks (attnlab.provenance.describe_now: a copy without .git reads the stamp gpu_prepare.sh
-    wrote)."""
-    from .provenance import describe_now
-
-    return describe_now()

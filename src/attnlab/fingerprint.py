@@ -65,14 +65,16 @@ def harness_digests(modules, read: Callable[[str], bytes | None]) -> dict[str, s
 
 def source_digest(spec, read: Callable[[str], bytes | None]) -> str | None:
     """The kernel_hash of `spec` over files as `read` gives them (a commit's, say)."""
-    h = hashlib.sha256()
+    from .sources import digest_named
+
+    named = []
     for name in (spec.source, *spec.extra_sources):  # some are outside kernels/ (a runner module)
         rel = posixpath.normpath(f"kernels/{name}")
         data = read(rel)
         if data is None:
             return None
-        h.update(posixpath.basename(rel).encode() + b"\0" + data + b"\0")
-    return h.hexdigest()
+        named.append((posixpath.basename(rel), data))
+    return digest_named(named)
 
 
 def toolchain_now() -> tuple[str, str]:

@@ -149,11 +149,11 @@ def _stamped(sha: str, root: Path) -> tuple[Commit | None, str]:
     return Commit(sha, time, 0, tuple(sorted(files.items()))), ""
 
 
-def describe_now(root: Path | None = None) -> dict:
+def describe_now(root: Path | None = None, files: dict[str, bytes] | None = None) -> dict:
     """The `git` block of a new record: the commit HEAD is at, the tree digest, whether the tree
-    has changes that commit lacks."""
+    has changes that commit lacks (`files`: working_files(root), where the caller has them)."""
     root = root or repo_root()
-    tree = tree_digest(root)
+    tree = digest_files(working_files(root) if files is None else files)
     if has_git(root):
         sha = head(root)
         commit, _ = find_commit(sha, root)

@@ -69,7 +69,7 @@ def new_record(kind: str, specs, settings: dict | None = None, gpu: dict | None 
         "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "gpu": gpu,
         "software": software if software is not None else software_versions(),
-        "git": describe_now(),
+        "git": describe_now(files=files),
         "harness": harness_digests(harness_modules(kind, specs), files.get),
         "kernels": {s.id: {"sha256": kernel_hash(s), "source": s.source, "build": build_of(s, arch_of(gpu)),
                            "runner": runner_module(s)} for s in specs},
@@ -268,10 +268,9 @@ class _Now:
 
     def __init__(self):
         from .provenance import working_files
-        from .sources import kernel_hash
 
         self.files = working_files()
-        self.sources = {kid: kernel_hash(spec) for kid, spec in KERNELS.items()}
+        self.sources = current_hashes()
 
     @functools.lru_cache(maxsize=None)
     def build(self, kid: str, arch: str) -> dict:

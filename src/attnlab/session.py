@@ -433,7 +433,8 @@ def run_stage(name: str, out_dir: Path, work_root: Path | None = None, rehearse:
     comes back even when the command is killed) and at the end. `steps` replaces the stage's plan
     (tests). No step runs past `hard_end_s` (default: HARD_END_S, or 90 s past a longer deadline)."""
     import threading
-    from .env import git_commit, nvidia_smi
+    from .env import nvidia_smi
+    from .provenance import describe_now
 
     stage = get_stage(name)
     ctx = Context(rehearse=rehearse)
@@ -454,7 +455,7 @@ def run_stage(name: str, out_dir: Path, work_root: Path | None = None, rehearse:
     t0 = time.monotonic()
     hard_end = t0 + (hard_end_s if hard_end_s is not None else max(HARD_END_S, deadline_s + 90))
     echo(f"== stage {name}: {len(plan)} steps, {stage.parallel} at a time, predicted ~{stage.minutes:g} min")
-    header = {"stage": name, "rehearsal": rehearse, "gpu": nvidia_smi("name") or "none", "git": git_commit(),
+    header = {"stage": name, "rehearsal": rehearse, "gpu": nvidia_smi("name") or "none", "git": describe_now(),
               "predicted_minutes": stage.minutes}
     finished: list[Outcome] = []
     lock = threading.Lock()

@@ -25,9 +25,15 @@ def kernel_hash(spec: KernelSpec) -> str:
 
 @functools.lru_cache(maxsize=256)
 def _hash_files(files: tuple[Path, ...], stamps: tuple) -> str:
+    return digest_named((path.name, path.read_bytes()) for path in files)
+
+
+def digest_named(named) -> str:
+    """sha256 over (file name, contents) pairs in order: the one formula of a kernel's hash, for
+    the working tree's files (kernel_hash) and a commit's (fingerprint.source_digest)."""
     h = hashlib.sha256()
-    for path in files:
-        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    for name, data in named:
+        h.update(name.encode() + b"\0" + data + b"\0")
     return h.hexdigest()
 
 
