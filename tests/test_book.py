@@ -18,6 +18,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from attnlab import measured
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 import run_book  # noqa: E402
@@ -192,9 +194,9 @@ def test_without_records_the_steps_say_so(results, no_gpu, capsys):
     assert "kernels/01_scalar.cu, run on attnlab's CPU executor" in out and "never a timing" in out
     assert "GPU check record" not in out
     assert book.bench(["01_scalar"]) is None
-    assert "No fresh measurement of 01_scalar" in book.measured_sentence(None, "01_scalar")
-    assert book.case_time(None, "01_scalar") is None
-    assert book.recorded_gpus() == []
+    assert "No fresh measurement of 01_scalar" in measured.measured_sentence(None, "01_scalar")
+    assert measured.case_time(None, "01_scalar") is None
+    assert measured.recorded_gpus() == []
 
 
 def test_fresh_records_are_shown_labelled(results, no_gpu, capsys):
@@ -214,13 +216,13 @@ def test_fresh_records_are_shown_labelled(results, no_gpu, capsys):
     assert "Committed bench record:\n  TEST GPU" in out and "2026-01-01" in out
     assert "run on attnlab's CPU executor" in out  # the CPU run first, then the GPU's record
     assert "Committed GPU check record:\n  TEST GPU" in out and "2/2 cases passed" in out
-    sentence = book.measured_sentence(rec, "01_scalar")
+    sentence = measured.measured_sentence(rec, "01_scalar")
     assert "100.0 µs" in sentence and "flash" in sentence and "floor" in sentence
-    assert book.case_time(rec, "01_scalar", MISSION, True) == 100.0
-    assert book.latest_bench(book.by_key("L4")) is not None
-    assert "fresh kernels: 01_scalar" in book.recorded_gpus()[0]
-    fig = book.roofline(book.by_key("L4"), rec)
-    assert len(fig.axes[0].collections) == len(book.roofline_points(rec))
+    assert measured.case_time(rec, "01_scalar", MISSION, True) == 100.0
+    assert measured.latest_bench(book.by_key("L4")) is not None
+    assert "fresh kernels: 01_scalar" in measured.recorded_gpus()[0]
+    fig = measured.roofline(book.by_key("L4"), rec)
+    assert len(fig.axes[0].collections) == len(measured.roofline_points(rec))
 
 
 def test_stale_records_are_not_shown(results, no_gpu, capsys):
@@ -235,7 +237,7 @@ def test_stale_records_are_not_shown(results, no_gpu, capsys):
     assert book.bench(["01_scalar"]) is None
     assert book.check("01_scalar") and "GPU check record" not in capsys.readouterr().out
     assert "is not fresh: its source changed: kernels/01_scalar.cu" in book._stale_note("bench", "01_scalar")
-    assert "fresh kernels: none" in book.recorded_gpus()[0]
+    assert "fresh kernels: none" in measured.recorded_gpus()[0]
 
 
 def test_only_fresh_kernels_of_a_record_are_shown(results, scratch_repository):

@@ -1,15 +1,15 @@
-"""The helpers chapters 5 and 6 add to attnlab.book: the timed ring schedule, the named-barrier
+"""The helpers chapters 5 and 6 draw on (attnlab.ring, attnlab.kernel_view): the timed ring schedule, the named-barrier
 reader, the variant-sweep ratios and the record search that needs every kernel of a sweep."""
 import pytest
 
-from attnlab import book
+from attnlab import book, kernel_view, measured, ring
 
 
 @pytest.mark.parametrize("stages", [1, 2, 3])
 @pytest.mark.parametrize("copy", [0.0, 0.25, 1.0, 3.0])
 @pytest.mark.parametrize("n_tiles", [0, 1, 2, 5, 8])
 def test_ring_schedule_follows_the_protocol(stages, copy, n_tiles):
-    spans = book.ring_schedule(stages, n_tiles, copy_time=copy, math_time=1.0)
+    spans = ring.ring_schedule(stages, n_tiles, copy_time=copy, math_time=1.0)
     copies = {s.tile: s for s in spans if s.lane == "copy"}
     maths = {s.tile: s for s in spans if s.lane == "math"}
     assert sorted(copies) == sorted(maths) == list(range(n_tiles))
@@ -21,7 +21,7 @@ def test_ring_schedule_follows_the_protocol(stages, copy, n_tiles):
         if t:
             assert maths[t].start >= maths[t - 1].end               # the consumers work in order
     if n_tiles and stages == 1:
-        assert book.ring_makespan(spans) == pytest.approx(n_tiles * (copy + 1.0))
+        assert ring.ring_makespan(spans) == pytest.approx(n_tiles * (copy + 1.0))
 
 
 @pytest.mark.parametrize("stages", [2, 3])
@@ -29,28 +29,28 @@ def test_ring_schedule_follows_the_protocol(stages, copy, n_tiles):
 def test_ring_schedule_steady_state(stages, copy):
     """Each added tile costs max(math, (copy + math) / STAGES) once the ring is full."""
     per_tile = max(1.0, (copy + 1.0) / stages)
-    a = book.ring_makespan(book.ring_schedule(stages, 60, copy, 1.0))
-    b = book.ring_makespan(book.ring_schedule(stages, 120, copy, 1.0))
+    a = ring.ring_makespan(ring.ring_schedule(stages, 60, copy, 1.0))
+    b = ring.ring_makespan(ring.ring_schedule(stages, 120, copy, 1.0))
     assert (b - a) / 60 == pytest.approx(per_tile)  # 60 tiles: whole periods of 2 and 3
 
 
 def test_ring_schedule_rejects_nonsense():
     with pytest.raises(ValueError):
-        book.ring_schedule(0, 4, 1.0, 1.0)
+        ring.ring_schedule(0, 4, 1.0, 1.0)
     with pytest.raises(ValueError):
-        book.ring_schedule(2, 4, -1.0, 1.0)
+        ring.ring_schedule(2, 4, -1.0, 1.0)
 
 
 def test_ring_timeline_figure_has_a_panel_per_schedule():
-    rows = [(f"{s} stages", book.ring_schedule(s, 4, 0.5, 1.0)) for s in (1, 2, 3)]
-    fig = book.ring_timeline_figure(rows)
+    rows = [(f"{s} stages", ring.ring_schedule(s, 4, 0.5, 1.0)) for s in (1, 2, 3)]
+    fig = ring.ring_timeline_figure(rows)
     assert len(fig.axes) == 3
 
 
 def test_named_barriers_reads_ids_and_counts():
     lines = ["/*07b0*/ BAR.SYNC.DEFER_BLOCKING 0x1, 0xa0 ;", "/*3550*/ @!P0 BAR.ARV 0x3, 0xa0 ;",
              "/*0100*/ BAR.SYNC.DEFER_BLOCKING 0x0 ;", "/*0200*/ LDGSTS.E.BYPASS.128 [R12], [R30.64], !P1 ;"]
-    assert book.named_barriers(lines) == [("SYNC", 1, 160), ("ARV", 3, 160), ("SYNC", 0, None)]
+    assert kernel_view.named_barriers(lines) == [("SYNC", 1, 160), ("ARV", 3, 160), ("SYNC", 0, None)]
 
 
 def _sweep_record():
@@ -66,14 +66,14 @@ def test_sweep_ratios_and_figure(scratch_repository):
     from synthetic import timing
 
     rec = _sweep_record()
-    ratios = book.sweep_ratios(rec, ["fast", "missing"], "base")
+    ratios = measured.sweep_ratios(rec, ["fast", "missing"], "base")
     assert list(ratios) == ["fast"]
     assert [(L, r) for L, r, _ in ratios["fast"]] == [(256, 2.0), (512, 2.0)]
     t = timing(100.0)
     assert all(n == pytest.approx((t["p90_us"] - t["p10_us"]) / 2 / t["median_us"]) for _, _, n in ratios["fast"])
-    assert len(book.sweep_ratio_figure(rec, ["fast"], "base").axes) == 1
+    assert len(measured.sweep_ratio_figure(rec, ["fast"], "base").axes) == 1
     with pytest.raises(KeyError):
-        book.sweep_ratio_figure(rec, ["fast"], "nobody")
+        measured.sweep_ratio_figure(rec, ["fast"], "nobody")
 
 
 def test_bench_covering_needs_every_kernel(results, monkeypatch):

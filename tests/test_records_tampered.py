@@ -10,7 +10,7 @@ import json
 import pytest
 from synthetic import git, new_test_record, synthetic_record
 
-from attnlab import book, registry
+from attnlab import book, measured, registry
 from attnlab.results import fresh_records, load_records, report_rows, verify, write_record
 
 
@@ -53,7 +53,7 @@ def test_the_forgery_with_current_hashes_is_refused_naming_its_commit_date_and_t
     assert "in the future" in why
     assert "below the least time this GPU can take" in why
     assert fresh_records("bench") == [] and report_rows() == []
-    assert book.latest_bench(book.by_key("L4")) is None
+    assert measured.latest_bench(book.by_key("L4")) is None
     assert not verify().ok
 
 
@@ -172,7 +172,7 @@ def test_a_failed_check_without_a_time_is_shown_as_failed(results):
     assert _refusals(results) == []
     failed = [r for r in report_rows() if not r["check_passed"]]
     assert [(r["median_us"], r["speedup_vs_sdpa"], r["tflops"]) for r in failed] == [(None, None, None)]
-    text = book.measured_sentence(fresh_records("bench")[0], "01_scalar")
+    text = measured.measured_sentence(fresh_records("bench")[0], "01_scalar")
     assert "FAILED its check" in text and "took" not in text
 
 

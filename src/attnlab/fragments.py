@@ -1,0 +1,93 @@
+"""Which lane holds which element of an `mma.sync.m16n8k16` fragment, from the PTX ISA's formulas,
+and the figure chapter 7 draws of it: A, B, C, and two C blocks repacked as the next MMA's A
+operand (how the kernel keeps P in registers). Pure NumPy and matplotlib.
+"""
+from __future__ import annotations
+
+
+def mma_m16n8k16_maps() -> dict[str, tuple]:
+    """Which (row, col) of A (16x16), B (16x8, k x n) and C/D (16x8) each lane holds in
+    mma.sync.aligned.m16n8k16 with .f16 inputs and .f32 accumulators, from the PTX ISA's formulas
+    (groupID g = lane >> 2, threadID_in_group t = lane % 4). Returns name -> (rows, cols, regs):
+    int arrays [32, n] over the lane's elements in register order (A: a0..a7 in 4 .f16x2
+    registers, B: b0..b3 in 2, C: c0..c3 in 4 fp32 registers); regs[lane, i] is the register."""
+    import numpy as np
+
+    lane = np.arange(32)[:, None]
+    g, t = lane >> 2, lane & 3
+    i8, i4 = np.arange(8)[None, :], np.arange(4)[None, :]
+    a_rows = g + 8 * ((i8 // 2) % 2)                 # a0,a1: g; a2,a3: g+8; a4,a5: g; a6,a7: g+8
+    a_cols = 2 * t + (i8 & 1) + 8 * (i8 >= 4)
+    b_rows = 2 * t + (i4 & 1) + 8 * (i4 >= 2)        # b0,b1: k = 2t, 2t+1; b2,b3: 2t+8, 2t+9
+    b_cols = np.broadcast_to(g, (32, 4))
+    c_rows = g + 8 * (i4 >= 2)                       # c0,c1: g; c2,c3: g+8
+    c_cols = 2 * t + (i4 & 1)
+    return {"A": (a_rows, a_cols, np.broadcast_to(i8 // 2, (32, 8))),
+            "B": (b_rows, np.array(b_cols), np.broadcast_to(i4 // 2, (32, 4))),
+            "C": (c_rows, c_cols, np.broadcast_to(i4, (32, 4)))}
+
+
+def accumulator_pair_as_a() -> tuple:
+    """The accumulators of two adjacent n8 blocks (keys 0-7 and 8-15), packed two fp32 values per
+    .f16x2 register in the kernel's order (c0c1 and c2c3 of block 0, then of block 1), as
+    (rows, cols, regs) [32, 8] over a 16x16 matrix: the same per-lane map as an A fragment when
+    the repack is right."""
+    import numpy as np
+
+    c_rows, c_cols, _ = mma_m16n8k16_maps()["C"]
+    rows = np.concatenate([c_rows, c_rows], axis=1)            # block 0: c0..c3, block 1: c0..c3
+    cols = np.concatenate([c_cols, c_cols + 8], axis=1)
+    regs = np.broadcast_to(np.arange(8) // 2, (32, 8))         # pa[0] = (c0, c1) of block 0, ...
+    return rows, cols, regs
+
+
+def mma_fragment_figure():
+    """Four maps of lane ownership, each cell labelled with the lane that holds it and coloured by
+    the register: A, B and C of m16n8k16, and two C blocks side by side packed as the kernel packs
+    P, which must read exactly like A."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from matplotlib.patches import Patch
+
+    maps = mma_m16n8k16_maps()
+    panels = [("A (16x16, row): Q, or P", ("m", "k"), maps["A"], "a"),
+              ("two C blocks of S packed as P\n(the A operand of O += P V)", ("m", "k"),
+               accumulator_pair_as_a(), "pa"),
+              ("B (16x8, col): K^T, or V", ("k", "n"), maps["B"], "b"),
+              ("C/D (16x8, fp32): S, or O", ("m", "n"), maps["C"], "c")]
+    colors = plt.get_cmap("Pastel1").colors
+    fig = plt.figure(figsize=(10, 11))
+    grid = fig.add_gridspec(2, 4)
+    axes = [fig.add_subplot(grid[0, 0:2]), fig.add_subplot(grid[0, 2:4]),
+            fig.add_subplot(grid[1, 0]), fig.add_subplot(grid[1, 2])]
+    for ax, (title, (ylab, xlab), (rows, cols, regs), reg_name) in zip(axes, panels):
+        nr, nc = int(rows.max()) + 1, int(cols.max()) + 1
+        lane_at = np.full((nr, nc), -1)
+        reg_at = np.full((nr, nc), -1)
+        for lane in range(32):
+            for e in range(rows.shape[1]):
+                r, c = rows[lane, e], cols[lane, e]
+                assert lane_at[r, c] == -1, f"{title}: ({r}, {c}) held twice"
+                lane_at[r, c], reg_at[r, c] = lane, regs[lane, e]
+        assert (lane_at >= 0).all(), f"{title}: a cell nobody holds"
+        img = np.array([[colors[reg_at[r, c]] for c in range(nc)] for r in range(nr)])
+        ax.imshow(img, aspect="equal")
+        for r in range(nr):
+            for c in range(nc):
+                ax.text(c, r, str(lane_at[r, c]), ha="center", va="center", fontsize=7)
+        ax.set_xticks(range(nc), [str(c) for c in range(nc)], fontsize=6)
+        ax.set_yticks(range(nr), [str(r) for r in range(nr)], fontsize=6)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel(xlab)
+        ax.set_ylabel(ylab)
+        n_regs = int(regs.max()) + 1
+        names = {"a": [f"{{a{2 * k},a{2 * k + 1}}}" for k in range(4)],
+                 "b": [f"{{b{2 * k},b{2 * k + 1}}}" for k in range(2)],
+                 "c": [f"c{k}" for k in range(4)], "pa": [f"pa[{k}]" for k in range(4)]}[reg_name]
+        handles = [Patch(color=colors[k], label=names[k]) for k in range(n_regs)]
+        ax.legend(handles=handles, fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.1),
+                  frameon=False, handlelength=1, columnspacing=0.8)
+    fig.suptitle("mma.sync.m16n8k16: the lane (0-31) that holds each element; colour = the 32-bit register "
+                 "(A, B and P: two fp16 per register)", fontsize=10)
+    fig.tight_layout()
+    return fig
