@@ -55,6 +55,17 @@ def glue(name: str, value) -> None:
     _glue(name, value, display=False)
 
 
+def glue_md(name: str, text: str | None) -> None:
+    """Glue a Markdown paragraph for a `{glue:md}` block of the prose, or nothing: a sentence that
+    reports a measurement exists only where a record does, and a page without one says so once, at
+    its top (page_status), rather than in every paragraph."""
+    from IPython.display import Markdown
+
+    from myst_nb import glue as _glue
+
+    _glue(name, Markdown(text or ""), display=False)
+
+
 def md_table(header: list[str], rows: list[list]) -> None:
     """Show a Markdown table (cells converted with str)."""
     from IPython.display import Markdown, display
@@ -93,6 +104,23 @@ def mode_line() -> str:
         return ("**No CUDA GPU on this machine.** Cells that measure show the committed records under "
                 "`results/` instead, labelled with their GPU and date, or say that none exists.")
     return f"**CUDA GPU: {name}.** Cells that measure run now, on this GPU."
+
+
+def page_status(kernel_ids: list[str], notebook: str) -> bool:
+    """The top of a chapter: what its measuring cells do on this machine and, on one without a GPU
+    where no fresh bench record holds the chapter's kernel (kernel_ids[0]), the page's one notice:
+    nothing below is measured, and the command that measures it. Returns whether the page has
+    times to show (a GPU, or a fresh record); without them its cells leave times, ratios, and the
+    tables and figures drawn from them out, and every prediction stays a prediction."""
+    if has_gpu() or fresh_records("bench", kernel_ids[0]):
+        notice(mode_line())
+        return True
+    notice(f"**Nothing on this page is measured yet.** This machine has no CUDA GPU. "
+           f"{_stale_note('bench', kernel_ids[0])} The page shows its predictions, the kernel's build "
+           "and its check on the CPU executor; times, ratios and the figures drawn from them are left out. On a CUDA GPU, "
+           f"`python tools/run_book.py {notebook} --save-results` measures them and writes the "
+           "records under `results/`.")
+    return False
 
 
 # --- records ---------------------------------------------------------------------------------
@@ -305,7 +333,7 @@ def bench(kernel_ids: list[str], quick: bool = True, save: bool = False) -> dict
     """On a GPU: time the kernels next to every SDPA backend now (and write the record if `save`).
     Without one: the freshest committed bench record of the first kernel, reduced to fresh kernels.
     Either way draw the mission shape's bars and the length sweep, causal and not; return the
-    record shown, or None after saying plainly that none exists."""
+    record shown, or None, silently: the page's one notice (page_status) already said so."""
     from .plot import latency_bars, length_sweep
 
     chapter_kernel = kernel_ids[0]
@@ -313,10 +341,7 @@ def bench(kernel_ids: list[str], quick: bool = True, save: bool = False) -> dict
         rec = _measure_now(kernel_ids, bench_shapes(quick), quick, save)
     else:
         recs = fresh_records("bench", chapter_kernel)
-        if not recs:
-            notice(f"**No fresh timing.** {_stale_note('bench', chapter_kernel)} This machine has no GPU, "
-                   f"so this page shows no time for {chapter_kernel}: `python -m attnlab bench "
-                   f"{chapter_kernel}` on a GPU, or `python tools/run_book.py --save-results`, writes one.")
+        if not recs:  # the page said so once, at its top (page_status)
             return None
         rec = recs[0]
         others = sorted({r["gpu"]["name"] for r in recs[1:]} - {rec["gpu"]["name"]})
