@@ -106,17 +106,19 @@ def mode_line() -> str:
     return f"**CUDA GPU: {name}.** Cells that measure run now, on this GPU."
 
 
-def page_status(kernel_ids: list[str], notebook: str) -> bool:
-    """The top of a chapter: what its measuring cells do on this machine and, on one without a GPU
-    where no fresh bench record holds the chapter's kernel (kernel_ids[0]), the page's one notice:
-    nothing below is measured, and the command that measures it. Returns whether the page has
-    times to show (a GPU, or a fresh record); without them its cells leave times, ratios, and the
-    tables and figures drawn from them out, and every prediction stays a prediction."""
-    if has_gpu() or fresh_records("bench", kernel_ids[0]):
+def page_status(kernel_ids: list[str], notebook: str, kind: str = "bench") -> bool:
+    """The top of a page: what its measuring cells do on this machine and, on one without a GPU
+    where no fresh record of `kind` ("bench", "search", "profile", ...) holds any of the page's
+    kernels, the page's one notice: nothing below is measured, and the command that measures it.
+    Returns whether the page has measurements to show (a GPU, or a fresh record); without them its
+    cells leave times, ratios, and the tables and figures drawn from them out, and every
+    prediction stays a prediction."""
+    if has_gpu() or any(fresh_records(kind, k) for k in kernel_ids):
         notice(mode_line())
         return True
-    notice(f"**Nothing on this page is measured yet.** This machine has no CUDA GPU. "
-           f"{_stale_note('bench', kernel_ids[0])} The page shows its predictions, the kernel's build "
+    why = (_stale_note(kind, kernel_ids[0]) if len(kernel_ids) == 1 else
+           f"No fresh {kind} record of its {len(kernel_ids)} kernels is committed under results/.")
+    notice(f"**Nothing on this page is measured yet.** This machine has no CUDA GPU. {why} The page shows its predictions, the kernel's build "
            "and its check on the CPU executor; times, ratios and the figures drawn from them are left out. On a CUDA GPU, "
            f"`python tools/run_book.py {notebook} --save-results` measures them and writes the "
            "records under `results/`.")
