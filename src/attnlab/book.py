@@ -118,10 +118,10 @@ def page_status(kernel_ids: list[str], notebook: str, kind: str = "bench") -> bo
         return True
     why = (_stale_note(kind, kernel_ids[0]) if len(kernel_ids) == 1 else
            f"No fresh {kind} record of its {len(kernel_ids)} kernels is committed under results/.")
-    notice(f"**Nothing on this page is measured yet.** This machine has no CUDA GPU. {why} The page shows its predictions, the kernel's build "
-           "and its check on the CPU executor; times, ratios and the figures drawn from them are left out. On a CUDA GPU, "
-           f"`python tools/run_book.py {notebook} --save-results` measures them and writes the "
-           "records under `results/`.")
+    notice(f"**Nothing on this page is measured yet.** This machine has no CUDA GPU. {why} The page "
+           "shows what needs no GPU (predictions, builds, CPU checks); times, ratios and the tables and "
+           f"figures drawn from them are left out. On a CUDA GPU, `python tools/run_book.py {notebook} "
+           "--save-results` measures them and writes the records under `results/`.")
     return False
 
 
