@@ -108,6 +108,74 @@ def plot_climb(table: list[dict], gpu: str, shape: Shape = MISSION):
     return fig
 
 
+def plot_climb_times(table: list[dict], gpu: str, shape: Shape = MISSION, causal: bool = False):
+    """The climb in time, for the landing page: each chapter's fastest kernel that passed at `shape`
+    on one GPU, next to every SDPA backend of the newest run among those rows (log scale, µs)."""
+    import matplotlib.pyplot as plt
+
+    best = best_per_chapter(table, gpu, shape, causal)
+    if not best:
+        raise KeyError(f"no passed kernel at {shape.label()} causal={causal} on {gpu}")
+    newest = max(best.values(), key=lambda r: r["recorded_utc"])
+    labels = [f"ch{c} {r['kernel']}" for c, r in best.items()]
+    times = [r["median_us"] for r in best.values()]
+    sdpa = sorted(newest["sdpa"].items(), key=lambda kv: kv[1])
+    fig, ax = plt.subplots(figsize=(7, 0.32 * (len(labels) + len(sdpa)) + 1.4))
+    ax.barh(labels, times, color="tab:blue", label="the book's kernels")
+    ax.barh([f"SDPA {n}" for n, _ in sdpa], [t for _, t in sdpa], color="tab:gray",
+            label=f"SDPA, run of {newest['recorded_utc'][:10]}")
+    for y, t in enumerate(times + [t for _, t in sdpa]):
+        ax.annotate(f"{t:.1f} µs" if t >= 10 else f"{t:.2f} µs", (t, y), fontsize=6.5, va="center",
+                    xytext=(3, 0), textcoords="offset points")
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("device time, µs (median of CUDA-graph replays; shorter is faster)")
+    ax.set_title(f"The climb at {shape.label()}, causal={causal}, on {gpu}", fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def chapter_kernels() -> dict[int, str]:
+    """Chapter -> its own kernel: the first registered that is no ablation or sweep variant."""
+    own: dict[int, str] = {}
+    for kid, spec in registry.KERNELS.items():
+        if spec.variant_of is None:
+            own.setdefault(spec.chapter, kid)
+    return dict(sorted(own.items()))
+
+
+def plot_static_climb(arch: str = "sm_89"):
+    """The climb as the binaries tell it, with no GPU and no record: the share of each SASS
+    instruction class in the binary of each chapter's own kernel built for `arch` (nvcc and
+    cuobjdump, from the build cache), with the instruction count at the right."""
+    import matplotlib.pyplot as plt
+
+    from .static import inspect_kernel
+
+    reports = {f"ch{c} {kid}": inspect_kernel(registry.get(kid, arch), arch) for c, kid in chapter_kernels().items()}
+    mixes = {label: rep.sass_by_class() for label, rep in reports.items()}
+    classes = [c for c in next(iter(mixes.values())) if any(m[c] for m in mixes.values())]
+    colors = plt.get_cmap("tab20").colors
+    fig, ax = plt.subplots(figsize=(7, 0.42 * len(mixes) + 2.2))
+    left = [0.0] * len(mixes)
+    for k, cls in enumerate(classes):
+        shares = [m[cls] / sum(m.values()) for m in mixes.values()]
+        ax.barh(list(mixes), shares, left=left, label=cls, color=colors[(2 * k) % 20 + (2 * k) // 20])
+        left = [a + b for a, b in zip(left, shares)]
+    for y, m in enumerate(mixes.values()):
+        ax.annotate(f"{sum(m.values())} instructions", (1.0, y), fontsize=7, va="center", xytext=(4, 0),
+                    textcoords="offset points")
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1.28)
+    ax.set_xticks([0, 0.25, 0.5, 0.75, 1.0], ["0", "25%", "50%", "75%", "100%"])
+    ax.set_xlabel(f"share of the SASS instructions in the binary ({arch})")
+    ax.set_title(f"What each chapter's kernel asks of the GPU, read from its {arch} binary", fontsize=9)
+    ax.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.22))
+    fig.tight_layout()
+    return fig
+
+
 def plot_tflops(table: list[dict], gpu: str, D: int = 64, causal: bool = False):
     """TFLOP/s against L for each chapter's best kernel, SDPA's fastest backend and the Triton
     reference, under the floor's rate (FLOPs over the floor time) of the same GPU."""
