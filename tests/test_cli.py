@@ -39,6 +39,17 @@ def test_inspect_json():
     assert rep["arch"] == "sm_90" and rep["functions"][0]["spill_stores"] == 0
 
 
+def test_inspect_lists_each_function_once_under_the_id_that_launches_it():
+    """Chapter 7's ids share one source: each id's rows are its own entries, no row twice."""
+    out = run("inspect", "07_mma", "07_mma_single_buffer", "--arch", "sm_89")
+    assert out.returncode == 0, out.stderr
+    rows = [line.split()[:3] for line in out.stdout.splitlines()[1:]]
+    assert len(rows) == len({tuple(r) for r in rows}), out.stdout
+    ablation = {fn for kid, fn, _ in rows if kid == "07_mma_single_buffer"}
+    assert ablation == {"attn_fwd_07_mma_single_buffer_d64", "attn_fwd_07_mma_single_buffer_d128"}
+    assert not any("single_buffer" in fn for kid, fn, _ in rows if kid == "07_mma")
+
+
 def test_inspect_unknown_kernel_fails():
     out = run("inspect", "99_nope")
     assert out.returncode != 0 and "unknown kernel" in out.stderr

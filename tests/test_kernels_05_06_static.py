@@ -61,7 +61,7 @@ def test_builds_clean(kernel_id, arch):
     assert rep.ok, rep.problems
     (fn,) = rep.functions                       # exactly one kernel per registry entry
     assert fn.name == registry.get(kernel_id).entry
-    assert fn.static_smem + rep.dynamic_smem_max <= L4_MAX_SMEM_PER_BLOCK
+    assert fn.static_smem + fn.dynamic_smem <= L4_MAX_SMEM_PER_BLOCK
 
 
 @pytest.mark.parametrize("arch", ARCHES)

@@ -1,7 +1,7 @@
 """The static build of every registered kernel for sm_80, sm_89 and sm_90: no GPU needed."""
 import pytest
 
-from attnlab.registry import KERNELS, L4_MAX_SMEM_PER_BLOCK
+from attnlab.registry import KERNELS, L4_MAX_SMEM_PER_BLOCK, get
 from attnlab.static import ARCHES, StaticReport, FunctionResources, classify, inspect_kernel, limit_problems, parse_ptxas
 
 PTXAS = """ptxas info    : 0 bytes gmem
@@ -25,9 +25,9 @@ def test_parse_ptxas_report():
 
 def test_limits_flag_spills_and_smem():
     spec = next(iter(KERNELS.values()))
-    rep = StaticReport(spec.id, "sm_89", [FunctionResources(spec.entry, 255, 60 * 1024, 8, 8, 8)], {},
-                       dynamic_smem_max=50 * 1024, build_seconds=0)
-    problems = limit_problems(rep, spec)
+    rep = StaticReport(spec.id, "sm_89", [FunctionResources(spec.entry, 255, 60 * 1024, 8, 8, 8, 50 * 1024)], {},
+                       build_seconds=0)
+    problems = limit_problems(rep)
     assert any("spills" in p for p in problems)
     assert any(str(L4_MAX_SMEM_PER_BLOCK) in p for p in problems)
 
@@ -41,7 +41,7 @@ def test_classify_sass():
 @pytest.mark.parametrize("arch", ARCHES)
 @pytest.mark.parametrize("kernel_id", sorted(KERNELS))
 def test_builds_without_spill_within_l4_smem(kernel_id, arch):
-    rep = inspect_kernel(KERNELS[kernel_id], arch)
+    rep = inspect_kernel(get(kernel_id, arch), arch)
     assert rep.ok, rep.problems
     assert sum(rep.sass.values()) > 0
     assert rep.sass_by_class()["local (spill)"] == 0
@@ -51,3 +51,28 @@ def test_scalar_kernel_runs_on_cuda_cores():
     rep = inspect_kernel(KERNELS["01_scalar"], "sm_89")
     cls = rep.sass_by_class()
     assert cls["tensor core"] == 0 and cls["fp32 math"] > 0 and cls["global load"] > 0
+
+
+def test_each_function_carries_the_shared_memory_of_its_own_launch():
+    """Chapter 7's double-buffered D = 64 entry is launched with the dynamic shared memory the
+    launcher gives it at the mission shape, not the largest of the file's entries."""
+    from attnlab.shapes import MISSION
+
+    spec = get("07_mma", "sm_89")
+    rep = inspect_kernel(spec, "sm_89")
+    fn = {f.name: f for f in rep.functions}
+    assert fn["attn_fwd_07_mma_d64"].dynamic_smem == spec.at_split(MISSION, 1)["dynamic_smem"]
+    assert fn["attn_fwd_07_mma_d64"].dynamic_smem < fn["attn_fwd_07_mma_d128"].dynamic_smem
+
+
+def test_helpers_are_listed_with_the_id_that_launches_them():
+    rep = inspect_kernel(get("07_mma_split_ctas", "sm_89"), "sm_89")
+    fn = {f.name: f for f in rep.functions}
+    assert fn["attn_combine_07"].dynamic_smem == 0
+    assert not any("single_buffer" in name or "split2" in name for name in fn), sorted(fn)
+
+
+def test_sass_counts_only_the_ids_functions():
+    whole = inspect_kernel(get("07_mma", "sm_89"), "sm_89")
+    single = inspect_kernel(get("07_mma_single_buffer", "sm_89"), "sm_89")
+    assert sum(single.sass.values()) < sum(whole.sass.values())

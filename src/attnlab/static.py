@@ -11,7 +11,7 @@ import re
 import subprocess
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from . import toolchain
@@ -50,6 +50,9 @@ class FunctionResources:
     stack_bytes: int
     spill_stores: int
     spill_loads: int
+    # The most dynamic shared memory the registry id launches this function with (0 for a helper
+    # such as FlashAttention-2's combine, and as parsed, before inspect_kernel attributes it).
+    dynamic_smem: int = 0
 
     @property
     def spills(self) -> bool:
@@ -60,9 +63,8 @@ class FunctionResources:
 class StaticReport:
     kernel: str
     arch: str
-    functions: list[FunctionResources]
-    sass: dict[str, int]                       # full opcode -> count, all functions together
-    dynamic_smem_max: int                      # the registry's largest dynamic request
+    functions: list[FunctionResources]         # the functions this id launches, nothing else of its file
+    sass: dict[str, int]                       # full opcode -> count, over those functions
     build_seconds: float
     problems: list[str] = field(default_factory=list)
 
@@ -138,9 +140,18 @@ def _sass(cubin: Path, spec: KernelSpec, arch: str) -> str:
     return proc.stdout
 
 
-def opcode_counts(sass: str) -> Counter:
-    """Full opcodes (with modifiers, e.g. HMMA.16816.F32) of a SASS listing, all functions together."""
-    return Counter(m.group(1) for m in _OPCODE.finditer(sass))
+def opcode_counts(sass: str, functions=None) -> Counter:
+    """Full opcodes (with modifiers, e.g. HMMA.16816.F32) of a SASS listing: of all its functions
+    together, or of those named in `functions`."""
+    if functions is None:
+        return Counter(m.group(1) for m in _OPCODE.finditer(sass))
+    counts, current = Counter(), None
+    for line in sass.splitlines():
+        if m := _FUNCTION.search(line):
+            current = m.group(1)
+        elif current in functions and (m := _OPCODE.search(line)):
+            counts[m.group(1)] += 1
+    return counts
 
 
 _FUNCTION = re.compile(r"Function : (\S+)")
@@ -197,44 +208,56 @@ def classify(opcodes: dict[str, int]) -> dict[str, int]:
     return counts
 
 
-def max_dynamic_smem(spec: KernelSpec) -> int:
-    """The largest dynamic shared memory the registry asks for over the supported head dims."""
+def launched_smem(spec: KernelSpec) -> dict[str, int]:
+    """Every function the registry id launches, with the most dynamic shared memory it launches it
+    with: its entry per head dim and key split over the lengths it takes, and its helpers (which take
+    none). A source may hold other ids' entries too (chapter 7's ablations): they are not this id's."""
     from .shapes import Shape
+
     dims = sorted(spec.head_dims) if spec.head_dims else [spec.max_head_dim]
     lengths = [1, 4096] if spec.max_len is None else [1, spec.max_len]
-    return max(spec.dynamic_smem(Shape(1, 1, L, D)) for D in dims for L in lengths)
+    out: dict[str, int] = {}
+    for D in dims:
+        splits = [1, *(s for s, by_d in (spec.entries_by_split or {}).items() if D in by_d)]
+        for L, split in ((L, split) for L in lengths for split in splits):
+            shape = Shape(1, 1, L, D)
+            smem = (spec.at_split(shape, split)["dynamic_smem"] if spec.at_split is not None
+                    else spec.dynamic_smem(shape))
+            entry = spec.entry_at(shape, split)
+            out[entry] = max(out.get(entry, 0), smem)
+    for helper in spec.helper_entries:
+        out.setdefault(helper, 0)
+    return out
 
 
 def inspect_kernel(spec: KernelSpec, arch: str) -> StaticReport:
+    """The build of `spec` for `arch`, reduced to the functions the id launches, each with the
+    dynamic shared memory of its own launches (pass registry.get(id, arch): chapter 7's tiles follow
+    the architecture)."""
     b = build(spec, arch)
-    rep = StaticReport(spec.id, arch, parse_ptxas(b.ptxas), dict(sorted(opcode_counts(b.sass).items())),
-                       max_dynamic_smem(spec), b.seconds)
-    rep.problems = limit_problems(rep, spec)
+    launched = launched_smem(spec)
+    order = list(launched)  # each head dim's entry first, then its key splits', then the helpers
+    functions = sorted((replace(f, dynamic_smem=launched[f.name]) for f in parse_ptxas(b.ptxas) if f.name in launched),
+                       key=lambda f: order.index(f.name))
+    rep = StaticReport(spec.id, arch, functions, dict(sorted(opcode_counts(b.sass, launched).items())), b.seconds)
+    rep.problems = [f"entry point {name} not found in the build (found: {sorted(f.name for f in parse_ptxas(b.ptxas))})"
+                    for name in launched if name not in {f.name for f in functions}]
+    rep.problems += limit_problems(rep)
     return rep
 
 
-def limit_problems(rep: StaticReport, spec: KernelSpec) -> list[str]:
-    """What breaks the kernel contract in the functions `spec` may launch: a spill, or shared memory
-    past one block's limit on the build's architecture (the L4's 99 KB on sm_89). A source that
-    holds other ids' entries too (chapter 7's) is judged by this id's: each id is built with the
-    tiles it runs with, and another id's entry in its build is never launched."""
+def limit_problems(rep: StaticReport) -> list[str]:
+    """What breaks the kernel contract in the functions of `rep`: a spill, or a function's static
+    plus the dynamic shared memory it is launched with past one block's limit on the build's
+    architecture (the L4's 99 KB on sm_89)."""
     from .gpus import max_smem_per_block
 
     problems = []
-    names = {f.name for f in rep.functions}
-    if spec.entry not in names:
-        problems.append(f"entry point {spec.entry} not found in the build (found: {sorted(names)})")
-    launched = None
-    if spec.entries_by_head_dim is not None:
-        dims = sorted(spec.head_dims) if spec.head_dims else []
-        launched = {e for D in dims for e in spec.entries_at_head_dim(D)} | set(spec.helper_entries)
     limit, whose = max_smem_per_block(rep.arch)
     for f in rep.functions:
-        if launched is not None and f.name not in launched:
-            continue
         if f.spills:
             problems.append(f"{f.name} spills on {rep.arch}: {f.spill_stores} B stored, {f.spill_loads} B loaded")
-        total = f.static_smem + rep.dynamic_smem_max
+        total = f.static_smem + f.dynamic_smem
         if total > limit:
             problems.append(f"{f.name} needs {total} B of shared memory on {rep.arch}, over "
                             f"{whose} {limit} B per block")
