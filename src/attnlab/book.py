@@ -106,22 +106,24 @@ def mode_line() -> str:
     return f"**CUDA GPU: {name}.** Cells that measure run now, on this GPU."
 
 
-def page_status(kernel_ids: list[str], notebook: str, kind: str = "bench") -> bool:
+def page_status(kernel_ids: list[str], notebook: str | None, kind: str = "bench") -> bool:
     """The top of a page: what its measuring cells do on this machine and, on one without a GPU
     where no fresh record of `kind` ("bench", "search", "profile", ...) holds any of the page's
     kernels, the page's one notice: nothing below is measured, and the command that measures it.
     Returns whether the page has measurements to show (a GPU, or a fresh record); without them its
     cells leave times, ratios, and the tables and figures drawn from them out, and every
-    prediction stays a prediction."""
+    prediction stays a prediction. `notebook` None: a page drawn from every chapter's records
+    (the landing page), measured by re-executing them all."""
     if has_gpu() or any(fresh_records(kind, k) for k in kernel_ids):
         notice(mode_line())
         return True
     why = (_stale_note(kind, kernel_ids[0]) if len(kernel_ids) == 1 else
-           f"No fresh {kind} record of its {len(kernel_ids)} kernels is committed under results/.")
+           f"None of its {len(kernel_ids)} kernels has a {kind} record under results/ that is fresh.")
     notice(f"**Nothing on this page is measured yet.** This machine has no CUDA GPU. {why} The page "
            "shows what needs no GPU (predictions, builds, CPU checks); times, ratios and the tables and "
-           f"figures drawn from them are left out. On a CUDA GPU, `python tools/run_book.py {notebook} "
-           "--save-results` measures them and writes the records under `results/`.")
+           f"figures drawn from them are left out. On a CUDA GPU, `python tools/run_book.py "
+           f"{notebook + ' ' if notebook else ''}--save-results` measures them and writes the records "
+           "under `results/`.")
     return False
 
 
@@ -202,17 +204,19 @@ def inspect(kernel_id: str, arches=None) -> list:
 
     # each target built with its own tiles (chapter 7's key tile follows the architecture)
     reports = [inspect_kernel(registry.get(kernel_id, arch), arch) for arch in (arches or ARCHES)]
+    # one row per function the id launches, with the most dynamic shared memory it is launched with
+    w = max(len(f.name) for rep in reports for f in rep.functions)
     for rep in reports:
         cls = rep.sass_by_class()
+        print(f"{rep.arch:<6} {'function':<{w}} {'registers':>9} {'static smem':>11} {'dynamic smem':>12} "
+              f"{'stack':>5} {'spilled':>7}")
         for f in rep.functions:
-            print(f"{rep.arch}  {f.name}\n"
-                  f"  {f.registers} registers, {f.static_smem} B static + {rep.dynamic_smem_max} B dynamic "
-                  f"shared memory\n"
-                  f"  {f.stack_bytes} B stack, {f.spill_stores + f.spill_loads} B spilled")
-        print(f"  {sum(rep.sass.values())} instructions: {cls['fp32 math']} fp32 math, "
-              f"{cls['tensor core']} tensor core,\n"
-              f"  {cls['global load']} global load, {cls['shared load']} shared load, "
-              f"{cls['shared store']} shared store, {cls['local (spill)']} local")
+            print(f"{'':<6} {f.name:<{w}} {f.registers:>9} {f.static_smem:>9} B {f.dynamic_smem:>10} B "
+                  f"{f.stack_bytes:>3} B {f.spill_stores + f.spill_loads:>5} B")
+        print(f"{'':<6} SASS: {sum(rep.sass.values())} instructions, {cls['fp32 math']} fp32 math, "
+              f"{cls['tensor core']} tensor core, {cls['global load']} global load,\n"
+              f"{'':<6} {cls['shared load']} shared load, {cls['shared store']} shared store, "
+              f"{cls['local (spill)']} local")
     problems = [p for rep in reports for p in rep.problems]
     assert not problems, "\n".join(problems)
     labelled = [replace(rep, kernel=f"{rep.kernel} {rep.arch}") for rep in reports]
