@@ -288,7 +288,7 @@ def check_cpu(kernel_id: str, shapes=BOOK_CPU_SHAPES, seed: int = 0):
     except ExecutorUnavailable as exc:
         notice(f"**No CUDA GPU and no CPU run.** {exc}.")
         return None
-    print(f"No CUDA GPU here. The same kernels/{spec.source}, run on attnlab's CPU executor "
+    print(f"No CUDA GPU here. The same kernels/{spec.source}, run on attnlab's CPU executor\n"
           "(a correctness check; never a timing):")
     print(format_table_cpu(cases))
     failed = [c for c in cases if not c.passed]
