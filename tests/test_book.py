@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -27,7 +28,7 @@ import run_book  # noqa: E402
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
-                  "--window-size=1280,2400", "--virtual-time-budget=15000")
+                  "--virtual-time-budget=15000")
 PAGES_WITH_MATH_AND_FIGURES = ("book/intro", "book/ch01_scalar")
 
 
@@ -86,8 +87,8 @@ def _ignored_output_text(path: Path) -> str:
 
 
 def test_no_time_is_shown_without_a_fresh_record():
-    """While no kernel of a chapter has a fresh bench record, its committed page must say so and
-    show no time: numbers come from records, never from a notebook alone."""
+    """While no kernel of a chapter has a fresh bench record, its committed page must say so, once,
+    and show no time: numbers come from records, never from a notebook alone."""
     from attnlab.book import fresh_records
     from attnlab.registry import KERNELS
 
@@ -101,7 +102,9 @@ def test_no_time_is_shown_without_a_fresh_record():
         text = _ignored_output_text(page)
         assert "Measured now" not in text, \
             f"{page.name} shows a GPU run, but results/ holds no fresh bench record of {kernels}"
-        assert "No fresh timing" in text and "No fresh measurement" in text, page.name
+        assert text.count("Nothing on this page is measured yet") == 1, \
+            f"{page.name}: a page without records says so once, at its top"
+        assert "awaits a GPU" not in text, f"{page.name} repeats the notice in its cells"
         assert not re.search(r"\d\s*(µs|us|ms)\b", text), f"{page.name} shows a time without a record"
 
 
@@ -400,9 +403,67 @@ class _Page(HTMLParser):
             self.text.append(data)
 
 
-def _run_chromium(binary: str, args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
-    cmd = [binary, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", *args]
+def _run_chromium(binary: str, args: list[str], tmp_path: Path, window: str = "1280,2400") -> subprocess.CompletedProcess:
+    cmd = [binary, *CHROMIUM_FLAGS, f"--window-size={window}", f"--user-data-dir={tmp_path / 'profile'}", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+READER_WINDOW = (1200, 900)  # a laptop's browser window: the width every page must fit, its first screen
+
+
+def probe_page(browser: str, html: Path, tmp_path: Path) -> dict:
+    """What a reader sees of a built page at READER_WINDOW, measured in chromium by
+    tests/browser_probe.js (run in a copy beside the page, so its figures and styles resolve)."""
+    probe = (Path(__file__).with_name("browser_probe.js")).read_text()
+    copy = html.with_name(f"_probe_{html.name}")
+    copy.write_text(html.read_text().replace("</body>", f"<script>{probe}</script></body>", 1))
+    try:
+        proc = _run_chromium(browser, ["--dump-dom", copy.as_uri()], tmp_path, "{},{}".format(*READER_WINDOW))
+    finally:
+        copy.unlink()
+    assert proc.returncode == 0, f"chromium failed on {html.name}: {proc.stderr[-3000:]}"
+    found = re.findall(r'<pre id="attnlab-probe"[^>]*>(.*?)</pre>', proc.stdout, re.S)
+    assert found, f"{html.name}: the probe did not run"
+    return json.loads(unescape(found[-1]))
+
+
+def test_probe_sees_what_the_page_test_looks_for(tmp_path):
+    """The probe itself: a line that runs past its block, a figure that does not load and a
+    question below the first screen are all seen."""
+    browser = require_browser()
+    page = tmp_path / "page.html"
+    page.write_text('<html><body><article class="bd-article">'
+                    '<pre style="white-space: pre; overflow-x: auto; width: 300px">' + "x" * 400 + "</pre>"
+                    '<img src="missing.png"><div style="height: 1500px"></div>'
+                    '<div class="admonition question">Question. Prediction.</div></article></body></html>')
+    seen = probe_page(browser, page, tmp_path)
+    assert seen["clipped"] and seen["clipped"][0].startswith("pre")
+    assert seen["images"] == [{"src": "missing.png", "loaded": False}]
+    assert seen["question"]["top"] > READER_WINDOW[1]
+
+
+def test_pages_read_at_reader_width(built, tmp_path):
+    """Every page of the book at 1,200 px: no code, output or table clipped or scrolling sideways,
+    every figure loaded, no word of a brief; each chapter's first screen holds its question and its
+    prediction."""
+    browser = require_browser()
+    problems = []
+    for page in run_book.toc_files():
+        name = Path(page).name
+        seen = probe_page(browser, built / f"{page}.html", tmp_path)
+        if seen["page_wider_than_window"]:
+            problems.append(f"{name}: the page is wider than the window")
+        problems += [f"{name}: clipped {c}" for c in seen["clipped"]]
+        problems += [f"{name}: figure {i['src']} did not load" for i in seen["images"] if not i["loaded"]]
+        if re.search(r"\bbriefs?\b", seen["text"], re.I):
+            problems.append(f"{name}: speaks of a brief")
+        if re.fullmatch(r"ch\d\d_\w+", name):
+            q = seen["question"]
+            if q is None or "Question" not in q["text"] or "Prediction" not in q["text"]:
+                problems.append(f"{name}: no question-and-prediction admonition")
+            elif q["top"] > READER_WINDOW[1]:
+                problems.append(f"{name}: its question starts {q['top']:.0f} px down, below the first screen")
+    assert not problems, "\n".join(problems)
 
 
 @pytest.mark.parametrize("page", PAGES_WITH_MATH_AND_FIGURES)
