@@ -67,11 +67,11 @@ def glue_md(name: str, text: str | None) -> None:
 
 
 def md_table(header: list[str], rows: list[list]) -> None:
-    """Show a Markdown table (cells converted with str)."""
+    """Show a Markdown table (cells converted with str; a "|" in a cell is escaped, not a column)."""
     from IPython.display import Markdown, display
 
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
     display(Markdown("\n".join(lines)))
 
 
@@ -117,8 +117,9 @@ def page_status(kernel_ids: list[str], notebook: str | None, kind: str = "bench"
     if has_gpu() or any(fresh_records(kind, k) for k in kernel_ids):
         notice(mode_line())
         return True
+    whose = "the chapters'" if notebook is None else "its"
     why = (_stale_note(kind, kernel_ids[0]) if len(kernel_ids) == 1 else
-           f"None of its {len(kernel_ids)} kernels has a {kind} record under results/ that is fresh.")
+           f"None of {whose} {len(kernel_ids)} kernels has a {kind} record under results/ that is fresh.")
     notice(f"**Nothing on this page is measured yet.** This machine has no CUDA GPU. {why} The page "
            "shows what needs no GPU (predictions, builds, CPU checks); times, ratios and the tables and "
            f"figures drawn from them are left out. On a CUDA GPU, `python tools/run_book.py "
@@ -288,8 +289,7 @@ def check_cpu(kernel_id: str, shapes=BOOK_CPU_SHAPES, seed: int = 0):
     except ExecutorUnavailable as exc:
         notice(f"**No CUDA GPU and no CPU run.** {exc}.")
         return None
-    print(f"No CUDA GPU here. The same kernels/{spec.source}, run on attnlab's CPU executor\n"
-          "(a correctness check; never a timing):")
+    print(f"The same kernels/{spec.source}, run on attnlab's CPU executor (never a timing):")
     print(format_table_cpu(cases))
     failed = [c for c in cases if not c.passed]
     assert not failed, f"{len(failed)} CPU cases of {kernel_id} failed"
