@@ -111,3 +111,17 @@ def test_static_climb_reads_every_chapters_binary():
         y = round(patch.get_y() + patch.get_height() / 2)
         shares[y] = shares.get(y, 0) + patch.get_width()
     assert all(abs(v - 1) < 1e-9 for v in shares.values()) and len(shares) == 7
+
+
+def test_landing_page_names_the_command_that_measures_every_chapter(results, notices):
+    assert book.page_status(["01_scalar", "07_mma"], None) is False
+    assert "None of the chapters' 2 kernels" in notices[-1]
+    assert "`python tools/run_book.py --save-results`" in notices[-1]
+
+
+def test_a_bar_in_a_table_cell_stays_in_its_cell(monkeypatch):
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj.data))
+    book.md_table(["claim", "figure"], [["max |diff|", "0.002"]])
+    row = shown[0].splitlines()[-1]
+    assert row == r"| max \|diff\| | 0.002 |"
