@@ -219,12 +219,13 @@ def launched_smem(spec: KernelSpec) -> dict[str, int]:
     out: dict[str, int] = {}
     for D in dims:
         splits = [1, *(s for s, by_d in (spec.entries_by_split or {}).items() if D in by_d)]
-        for L, split in ((L, split) for L in lengths for split in splits):
+        for L in lengths:
             shape = Shape(1, 1, L, D)
-            smem = (spec.at_split(shape, split)["dynamic_smem"] if spec.at_split is not None
-                    else spec.dynamic_smem(shape))
-            entry = spec.entry_at(shape, split)
-            out[entry] = max(out.get(entry, 0), smem)
+            for split in splits:
+                smem = (spec.at_split(shape, split)["dynamic_smem"] if spec.at_split is not None
+                        else spec.dynamic_smem(shape))
+                entry = spec.entry_at(shape, split)
+                out[entry] = max(out.get(entry, 0), smem)
     for helper in spec.helper_entries:
         out.setdefault(helper, 0)
     return out
@@ -236,12 +237,12 @@ def inspect_kernel(spec: KernelSpec, arch: str) -> StaticReport:
     the architecture)."""
     b = build(spec, arch)
     launched = launched_smem(spec)
-    order = list(launched)  # each head dim's entry first, then its key splits', then the helpers
-    functions = sorted((replace(f, dynamic_smem=launched[f.name]) for f in parse_ptxas(b.ptxas) if f.name in launched),
-                       key=lambda f: order.index(f.name))
+    built = {f.name: f for f in parse_ptxas(b.ptxas)}
+    # in launch order: each head dim's entry, then its key splits', then the helpers
+    functions = [replace(built[name], dynamic_smem=smem) for name, smem in launched.items() if name in built]
     rep = StaticReport(spec.id, arch, functions, dict(sorted(opcode_counts(b.sass, launched).items())), b.seconds)
-    rep.problems = [f"entry point {name} not found in the build (found: {sorted(f.name for f in parse_ptxas(b.ptxas))})"
-                    for name in launched if name not in {f.name for f in functions}]
+    rep.problems = [f"entry point {name} not found in the build (found: {sorted(built)})"
+                    for name in launched if name not in built]
     rep.problems += limit_problems(rep)
     return rep
 
