@@ -36,7 +36,6 @@ SASS_CLASSES = {
     "barrier": {"BAR", "BSYNC", "BSSY", "WARPSYNC"},
 }
 
-_OPCODE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)")
 _FUNC = re.compile(r"Function properties for (\S+)")
 _SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _USED = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?(?:, (\d+) bytes smem)?")
@@ -140,18 +139,11 @@ def _sass(cubin: Path, spec: KernelSpec, arch: str) -> str:
     return proc.stdout
 
 
-def opcode_counts(sass: str, functions=None) -> Counter:
-    """Full opcodes (with modifiers, e.g. HMMA.16816.F32) of a SASS listing: of all its functions
-    together, or of those named in `functions`."""
-    if functions is None:
-        return Counter(m.group(1) for m in _OPCODE.finditer(sass))
-    counts, current = Counter(), None
-    for line in sass.splitlines():
-        if m := _FUNCTION.search(line):
-            current = m.group(1)
-        elif current in functions and (m := _OPCODE.search(line)):
-            counts[m.group(1)] += 1
-    return counts
+def opcode_counts(sass: str, functions) -> Counter:
+    """Full opcodes (with modifiers, e.g. HMMA.16816.F32) of the functions named in `functions`,
+    predicates dropped; unlike function_opcodes, never-executed padding (@!PT) is counted."""
+    by_function = sass_by_function(sass)
+    return Counter(_PREDICATE.sub("", line).split()[0] for name in functions for line in by_function.get(name, []))
 
 
 _FUNCTION = re.compile(r"Function : (\S+)")
