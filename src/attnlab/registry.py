@@ -248,11 +248,12 @@ class KernelSpec:
             return ", ".join(str(d) for d in dims)
         return f"1..{self.max_head_dim}"
 
-    def launch_config(self, shape: Shape, sms: int | None = None) -> dict:
+    def launch_config(self, shape: Shape, sms: int | None = None, split: int | None = None) -> dict:
         """What the launcher runs at `shape`: grid, block, dynamic shared memory, the entry and the
-        key split (1 for kernels without one), on the GPU at hand or on one of `sms` SMs. Bench
-        records keep it with each time; attnlab.fingerprint hashes it."""
-        split = self.kv_split(shape, sms)
+        key split (1 for kernels without one), on the GPU at hand or on one of `sms` SMs, or with
+        the key split `split` when it is given. Bench records keep it with each time;
+        attnlab.fingerprint hashes it."""
+        split = self.kv_split(shape, sms) if split is None else split
         at = (self.at_split(shape, split) if self.at_split is not None
               else {"grid": self.grid(shape), "dynamic_smem": self.dynamic_smem(shape)})
         return {"grid": at["grid"], "block": self.block(shape), "dynamic_smem": at["dynamic_smem"],

@@ -214,10 +214,8 @@ def launched_smem(spec: KernelSpec) -> dict[str, int]:
         for L in lengths:
             shape = Shape(1, 1, L, D)
             for split in splits:
-                smem = (spec.at_split(shape, split)["dynamic_smem"] if spec.at_split is not None
-                        else spec.dynamic_smem(shape))
-                entry = spec.entry_at(shape, split)
-                out[entry] = max(out.get(entry, 0), smem)
+                cfg = spec.launch_config(shape, split=split)
+                out[cfg["entry"]] = max(out.get(cfg["entry"], 0), cfg["dynamic_smem"])
     for helper in spec.helper_entries:
         out.setdefault(helper, 0)
     return out
