@@ -289,8 +289,8 @@ def test_static_gate_builds_with_nvcc(fresh_cache):
     assert ok.ok and ok.compiled and ok.registers and ok.spill_bytes == 0
     assert ok.dynamic_smem == registry.get("07_mma").dynamic_smem(MISSION)
     assert ok.occupancy.blocks_per_sm == registry.get("07_mma").tuning.defaults["ATTN07_MIN_CTAS"]
-    reports = list(fresh_cache.glob("cubin/07_mma-sm_89-*.ptxas"))
-    assert reports and not list(fresh_cache.glob("cubin/07_mma-sm_89-*.cubin")), \
+    reports = list(fresh_cache.glob("cubin/07_mma_swizzle-sm_89-*.ptxas"))
+    assert reports and not list(fresh_cache.glob("cubin/07_mma_swizzle-sm_89-*.cubin")), \
         "the verdict's ptxas report is cached, the cubin nothing loads is not kept"
     # Eight warps kept at two CTAs per SM cap ptxas at 128 registers: the 64-key tile spills.
     spill = search.static_gate("07_mma", {"ATTN07_WARPS": 8, "ATTN07_BLOCK_N_D64": 64, "ATTN07_MIN_CTAS": 2}, 64,

@@ -71,8 +71,10 @@ def build_key(spec: KernelSpec, arch: str) -> str:
 
 def cubin_path(spec: KernelSpec, arch: str) -> Path:
     """Where the cached cubin of a kernel (and configuration) for `arch` lives; ptxas's report of
-    the same build sits beside it (`.ptxas`)."""
-    return cache_dir() / "cubin" / f"{spec.id}{config_tag(spec.defines)}-{arch}-{build_key(spec, arch)[:16]}.cubin"
+    the same build sits beside it (`.ptxas`). Named after the source file, not the id: ids that
+    share a build (chapter 7's ablations launch other entries of one cubin) share its file."""
+    name = f"{spec.path.stem}{config_tag(spec.defines)}-{arch}-{build_key(spec, arch)[:16]}"
+    return cache_dir() / "cubin" / f"{name}.cubin"
 
 
 def _compile(spec: KernelSpec, arch: str, out: Path) -> str:
