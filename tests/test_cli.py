@@ -124,6 +124,21 @@ def test_a_shape_the_kernels_cannot_take_is_refused_before_any_gpu_check(capsys,
     assert says in line and "GPU" not in line
 
 
+D128 = ["--shape", "2", "16", "4096", "128"]
+
+
+def test_bench_of_named_kernels_at_several_shapes_leaves_out_what_a_kernel_cannot_take(capsys):
+    line = refusal(*cli(capsys, "bench", "07_mma", "07_mma_split4", *D128, "--shape", "1", "8", "512", "128")[::2])
+    assert line == ("attnlab bench: 07_mma_split4 takes none of the shapes given: "
+                    "07_mma_split4 supports head dim D in 64; got D=128")
+    if has_gpu():
+        return
+    status, _, err = cli(capsys, "bench", "07_mma", "07_mma_split4", "--shape", "1", "8", "512", "64", *D128)
+    left_out, refused = [line for line in err.splitlines() if line.strip()]
+    assert left_out == "left out: 07_mma_split4 supports head dim D in 64; got D=128"
+    assert status == 2 and refused.startswith("attnlab bench: no CUDA GPU here")
+
+
 @pytest.mark.parametrize("cmd", [["inspect", "01_scalar"], ["search", "--static"], ["prebuild"]])
 def test_junk_arch_is_refused(capsys, cmd):
     line = refusal(*cli(capsys, *cmd, "--arch", "foo")[::2])

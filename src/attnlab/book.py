@@ -163,12 +163,17 @@ def reusable_check(kernel_id: str, seeds) -> dict | None:
 
 def covers(rec: dict, kernel_ids: list[str], shapes, entry: str | None = None) -> bool:
     """Whether a bench record has a case at every shape, causal and not, and (given `entry`, e.g.
-    "check" or "device") that entry for every kernel in each."""
+    "check" or "device") that entry for every kernel in each that can run it (a kernel the shape
+    is not for, chapter 7's 64-only split at D = 128, is "skipped" there by any run)."""
+    from .launch import shape_problem
     from .plot import find_case
 
+    def has(case, k):
+        return (entry in case["kernels"].get(k, {})
+                or shape_problem(registry.get(k), Shape(*case["shape"]), case["causal"]) is not None)
+
     cases = [find_case(rec, s, c) for s in shapes for c in (False, True)]
-    return all(case and (entry is None or all(entry in case["kernels"].get(k, {}) for k in kernel_ids))
-               for case in cases)
+    return all(case and (entry is None or all(has(case, k) for k in kernel_ids)) for case in cases)
 
 
 def reusable_bench(kernel_ids: list[str], shapes) -> dict | None:

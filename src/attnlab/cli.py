@@ -257,8 +257,21 @@ def cmd_bench(args) -> int:
     specs = _kernels(args.kernels)
     if args.shape:
         shapes = list(dict.fromkeys(Shape(*s) for s in args.shape))
+        # Several shapes for named kernels (chapter 7's targets: one run, one record): each kernel
+        # must take one of them, and is left out, saying so, where it cannot (run_bench records it
+        # as skipped). One shape: every kernel named must take it.
+        several = bool(args.kernels) and len(shapes) > 1
         for shape in shapes:
-            _check_shape(shape, specs, named=bool(args.kernels))
+            _check_shape(shape, specs, named=bool(args.kernels) and not several)
+        if several:
+            from .launch import shape_problem
+
+            for spec in specs:
+                problems = [p for shape in shapes if (p := shape_problem(spec, shape))]
+                if len(problems) == len(shapes):
+                    raise UsageError(f"{spec.id} takes none of the shapes given: {problems[0]}")
+                for p in problems:
+                    print(f"left out: {p}", file=sys.stderr)
     else:
         shapes = list(dict.fromkeys(BENCH_SHAPES + sweep(QUICK_SWEEP_LENGTHS if args.quick else SWEEP_LENGTHS)))
     _require_gpu("bench")
