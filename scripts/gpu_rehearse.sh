@@ -6,7 +6,7 @@
 # 1. Builds (once) .rehearse/venv: CPython 3.12 holding only what the GPU image holds of what the
 #    stages touch (torch 2.11.0, CuPy 14.2.0, Triton 3.6.0, numpy, matplotlib, tqdm, pytest and the
 #    image's packages the carried wheels lean on) and nothing from requirements.txt.
-# 2. Makes what would be carried (scripts/gpu_prepare.sh: .whl/ and the sm_90 cubins).
+# 2. Makes what would be carried (scripts/gpu_prepare.sh: .whl/ and prebuilt-sm_90.tar.xz).
 # 3. Copies the working tree as the device tool does (tracked and untracked-not-ignored files, plus
 #    .whl and .attnlab-cache) and runs, in the copy, with the 3.12 venv's python:
 #    - the process isolation: a child that hangs and one that dies of a CUDA-like fault are
@@ -60,7 +60,7 @@ status=0
 cd "$WORK/tree"
 echo "== process isolation"
 PYTHONPATH=src "$PY" -m attnlab.session --isolation-demo || status=1
-echo "== the stages: $(PYTHONPATH=src "$PY" -m attnlab.session --list | tail -1)"
+echo "== the stages: $(PYTHONPATH=src "$PY" -m attnlab.session --list | grep "^total")"
 for stage in "${stages[@]}"; do
   rm -rf "$WORK/out/$stage"; mkdir -p "$WORK/out/$stage"
   # The rehearsal gives each stage more time than the device would: papermill on a CPU runs the

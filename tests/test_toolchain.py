@@ -190,19 +190,3 @@ def test_kernels_build_with_no_cuda_toolkit_in_sight(tmp_path):
                           env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "attn_fwd_05_wmma" in proc.stdout
-
-
-def test_prebuild_export_carries_exactly_what_a_session_reads(tmp_path):
-    from attnlab import prebuild
-
-    built = tmp_path / "cache" / "cubin"
-    built.mkdir(parents=True)
-    wanted = [built / "07_mma-sm_90-0123456789abcdef.cubin", built / "07_mma-sm_90-0123456789abcdef.ptxas"]
-    for f in wanted + [built / "07_mma-sm_90-stale.cubin"]:
-        f.write_text(f.name)
-    dest = tmp_path / "carry"
-    (dest / "cubin").mkdir(parents=True)
-    (dest / "cubin" / "01_scalar-sm_90-old.cubin").write_text("an earlier prepare's")
-    count, size = prebuild.export(dest, wanted)
-    assert sorted(p.name for p in (dest / "cubin").iterdir()) == sorted(p.name for p in wanted)
-    assert count == 2 and size == sum(len(p.name) for p in wanted)

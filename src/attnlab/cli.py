@@ -460,24 +460,42 @@ def cmd_verify(args) -> int:
 
 
 def cmd_prebuild(args) -> int:
-    """Every cubin a GPU session loads, built into attnlab's cache (ATTNLAB_CACHE); with --into,
-    exactly those files copied into a folder to carry."""
+    """What travels to a GPU machine (attnlab.prebuild.carried), built into attnlab's cache
+    (ATTNLAB_CACHE); with --into, packed into DIR/prebuilt-<arch>.tar.xz (attnlab.carry)."""
+    import shutil
     from pathlib import Path
 
     from . import toolchain
-    from .paths import cache_dir
-    from .prebuild import carried_files, export, prebuild
+    from .carry import MiB, archive_bound, pack
+    from .prebuild import build_missing, carried
 
     toolchain.nvcc()  # no nvcc: one line (ToolMissing, in main) before any progress bar
-    failures = prebuild(args.arch)
+    builds = carried(args.arch)
+    _, failures, _ = build_missing(builds, desc=f"prebuild {args.arch}")
     for f in failures:
         print(f"FAIL {f}", file=sys.stderr)
-    files = carried_files(args.arch)
-    if args.into:
-        export(Path(args.into), files)
-    print(f"{len(files)} files (cubins and ptxas reports) for {args.arch} in {args.into or cache_dir()}, "
-          f"{sum(p.stat().st_size for p in files) / 2**20:.1f} MiB, by nvcc {toolchain.nvcc_version()}")
-    return 1 if failures else 0
+    if failures:
+        return 1
+    counts: dict[tuple[str, bool], int] = {}
+    for b in builds:
+        counts[b.arch, b.cubin] = counts.get((b.arch, b.cubin), 0) + 1
+    what = " and ".join(f"{n} {'cubins with their reports' if cubin else 'reports alone'} for {arch}"
+                        for (arch, cubin), n in counts.items())
+    if not args.into:
+        print(f"{what} in attnlab's cache, by nvcc {toolchain.nvcc_version()}")
+        return 0
+    dest = Path(args.into)
+    shutil.rmtree(dest / "cubin", ignore_errors=True)  # an earlier prepare's, unpacked or not
+    for stale in dest.glob("prebuilt-*.tar.xz"):
+        stale.unlink()
+    try:
+        archive, n_files = pack(builds, dest, args.arch)
+    except ValueError as exc:
+        print(f"FAIL {exc}", file=sys.stderr)
+        return 1
+    print(f"{what}: {n_files} files packed into {archive}, {archive.stat().st_size / MiB:.1f} MiB "
+          f"(bound {archive_bound(builds) / MiB:.1f} MiB), by nvcc {toolchain.nvcc_version()}")
+    return 0
 
 
 def cmd_import_evidence(args) -> int:
@@ -594,11 +612,12 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--child", metavar="KERNEL", help=argparse.SUPPRESS)
     sp.set_defaults(fn=cmd_profile)
     sub.add_parser("verify-results", help="records well formed and fresh (no GPU needed)").set_defaults(fn=cmd_verify)
-    sp = sub.add_parser("prebuild", help="build every cubin a GPU session loads into attnlab's cache "
+    sp = sub.add_parser("prebuild", help="build what travels to a GPU session (every kernel's cubin for its "
+                                         "target, chapter 8's static reports) into attnlab's cache "
                                          "(ATTNLAB_CACHE), with this machine's nvcc (no GPU needed)")
     sp.add_argument("--arch", type=_arch, default="sm_90", help="the GPU's target (default: sm_90, the H100's and H200's)")
-    sp.add_argument("--into", metavar="DIR", help="then copy exactly what a GPU session reads into DIR/cubin "
-                                                  "(emptied first), for a GPU session's ATTNLAB_CACHE")
+    sp.add_argument("--into", metavar="DIR", help="then pack exactly those files into DIR/prebuilt-ARCH.tar.xz "
+                                                  "(earlier ones removed), which a GPU session unpacks")
     sp.set_defaults(fn=cmd_prebuild)
     sp = sub.add_parser("import-evidence", help="bring a GPU session's archives into this checkout: records "
                                                 "(refused if the kernels changed) and executed notebooks, then "

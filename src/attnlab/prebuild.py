@@ -1,97 +1,160 @@
-"""Build, ahead of time and on a machine without a GPU, every cubin a GPU session will load.
+"""The nvcc builds a GPU session needs, and building those that are missing, many at once.
 
-The cubins land in attnlab's cache (ATTNLAB_CACHE), under the very keys `attnlab.compile` looks
-for on the GPU (sources, configuration, target, flags, nvcc's version), so a GPU whose nvcc is the
-same release build never waits on a compiler. That nvcc must be one the GPU's driver accepts (a
-cubin from a newer toolkit than the driver may not load): requirements.txt pins the GPU hosts'
-release. Chapter 8's search also reads ptxas's report of each configuration through the same
-cache; building it here saves the GPU those builds too. `export` then copies exactly those files
-into the folder that travels (gpu_prepare.sh's .attnlab-cache), leaving stale builds behind.
+A build is one nvcc run of a kernel (with a configuration, for a target): a cubin and ptxas's
+report beside it, or the report alone (the search's static gate keeps no cubin), cached by
+attnlab.compile under a key of everything that decides it. Ids that share a build (chapter 7's
+ablations launch other entries of 07_mma's cubin) share its file. The sets:
+
+- `registered`: every registered kernel for the GPU's target, what check, bench and sanitize load;
+- `searched`: every configuration of chapter 8's timed search (07_mma at D = 64) that the
+  arithmetic rules let through (the search never builds the others);
+- `static_reports`: ptxas's reports of every searchable kernel's space at D = 64 and 128 for the
+  L4's target, which chapter 8's page draws on any machine;
+- `inspected`: every registered kernel for each target the chapters inspect (sm_80, sm_89, sm_90).
+
+`carried` is what travels to the GPU machine, prebuilt here (attnlab.carry packs it): the
+registered kernels for its target and the static reports. The rest is built on the GPU machine by
+the first step of the stage that needs it (attnlab.session), on all of its cores: a build a stage
+needs and does not find is built there, never a failure. So is everything when that machine's nvcc
+is another build than the one that made the carry (the cache keys hold nvcc's version).
 """
 from __future__ import annotations
 
-import shutil
+import math
+import os
+import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import registry
+from .registry import KernelSpec
 
-# What chapter 8's page searches on the GPU (its quick setting): (kernel, head dim). Its cubins and
-# ptxas's reports for the GPU's target are built here.
+# Chapter 8's page searches on the GPU (its quick setting): (kernel, head dim).
 SEARCHED = (("07_mma", 64),)
-# Chapter 8's page also draws the static space of every searchable kernel for the L4's target.
+# Chapter 8's page draws the static space of every searchable kernel for the L4's target.
 STATIC_ONLY_ARCH = "sm_89"
+# What one build costs, for the stages' predicted minutes: nvcc is one process on one core. On the
+# two cores of an AMD EPYC here, the sm_90 builds of the registered kernels and of chapter 8's
+# searched space took 3.4 core-seconds each on average (55 builds in 94 s), and the 24 searched
+# configurations of 07_mma alone, the heaviest, 6 (72 s, in a rehearsal sharing the cores). The
+# GPU machine has 16 cores (its kind's page).
+BUILD_CORE_SECONDS = 6.0
+DEVICE_CORES = 16
 
 
-def jobs(arch: str, searched=SEARCHED) -> list[registry.KernelSpec]:
-    """Every registered kernel, then every configuration of the searched kernels that the
-    arithmetic rules let through."""
+@dataclass(frozen=True)
+class Build:
+    spec: KernelSpec
+    arch: str
+    cubin: bool = True  # False: ptxas's report alone
+
+    @property
+    def identity(self) -> tuple:
+        """What decides the build's output, known without nvcc (its version is the same for all)."""
+        from .sources import kernel_hash
+
+        return (self.spec.path.name, kernel_hash(self.spec), tuple(sorted(self.spec.defines)), self.arch, self.cubin)
+
+    def files(self) -> list[Path]:
+        """The cache files it leaves: the cubin and its report, or the report."""
+        from .compile import cubin_path
+
+        cubin = cubin_path(self.spec, self.arch)
+        return [cubin, cubin.with_suffix(".ptxas")] if self.cubin else [cubin.with_suffix(".ptxas")]
+
+    def done(self) -> bool:
+        return all(p.exists() for p in self.files())
+
+    def run(self) -> None:
+        from .compile import nvcc_cubin, ptxas_report
+
+        if self.cubin:
+            nvcc_cubin(self.spec, self.arch)
+        else:
+            ptxas_report(self.spec, self.arch)
+
+    def label(self) -> str:
+        config = f" {self.spec.config_label()}" if self.spec.defines else ""
+        return f"{self.spec.id}{config} {self.arch}{'' if self.cubin else ' (report)'}"
+
+
+def unique(builds) -> list[Build]:
+    """One build per output, in first-seen order (a cubin also gives its report)."""
+    builds = list(builds)
+    seen, out = set(), []
+    cubins = {b.identity[:-1] for b in builds if b.cubin}
+    for b in builds:
+        if b.identity in seen or (not b.cubin and b.identity[:-1] in cubins):
+            continue
+        seen.add(b.identity)
+        out.append(b)
+    return out
+
+
+def registered(arch: str) -> list[Build]:
+    # each with the tiles of `arch` (chapter 7's key tile follows the architecture)
+    return unique(Build(s, arch) for s in registry.select(None, arch))
+
+
+def searched(arch: str, kernels=SEARCHED) -> list[Build]:
     from . import search
 
-    specs = list(registry.select(None, arch))  # each with the tiles of `arch` (chapter 7's follow it)
-    for kid, D in searched:
-        specs += [registry.get(kid, arch).with_config(c) for c in search.space(kid, D)]
-    # The space holds the chapter's own configuration too (with_config gives the registered spec
-    # back): one job per build, or two threads would write the same cubin.
-    return list({(s.id, s.defines): s for s in specs}.values())
+    return unique(Build(registry.get(kid, arch).with_config(c), arch)
+                  for kid, D in kernels for c in search.valid_space(kid, D))
 
 
-def prebuild(arch: str, searched=SEARCHED, workers: int | None = None, progress: bool = True) -> list[str]:
-    """Build what is missing; returns the failures (one line each)."""
-    import os
+def static_reports(arch: str = STATIC_ONLY_ARCH) -> list[Build]:
+    from . import search
 
+    return unique(Build(registry.get(kid, arch).with_config(c), arch, cubin=False)
+                  for kid in search.searchable() for D in (64, 128) for c in search.valid_space(kid, D))
+
+
+def inspected() -> list[Build]:
+    from .static import ARCHES
+
+    return unique(b for arch in ARCHES for b in registered(arch))
+
+
+SETS = {"registered": registered, "searched": searched, "static_reports": lambda arch: static_reports(),
+        "inspected": lambda arch: inspected()}
+
+
+def builds(names, arch: str) -> list[Build]:
+    """The union of the named sets for a GPU of target `arch`."""
+    return unique(b for name in names for b in SETS[name](arch))
+
+
+def carried(arch: str) -> list[Build]:
+    """What travels to a GPU of target `arch`, prebuilt."""
+    return builds(("registered", "static_reports"), arch)
+
+
+def build_missing(wanted: list[Build], workers: int | None = None, progress: bool = True,
+                  desc: str = "builds") -> tuple[list[Build], list[str], float]:
+    """Build what is not in the cache, `workers` nvcc processes at once (default: one per core);
+    returns (what was built, the failures one line each, seconds)."""
     from tqdm import tqdm
 
-    from . import search
-    from .compile import KernelBuildError, nvcc_cubin
-    from .search import static_space
+    from .compile import KernelBuildError
 
-    def one(spec) -> str | None:
+    todo = [b for b in wanted if not b.done()]
+
+    def one(b: Build) -> str | None:
         try:
-            nvcc_cubin(spec, arch)  # a cache hit costs a stat
+            b.run()
         except KernelBuildError as exc:
-            return f"{spec.id} {spec.config_label() if spec.defines else ''}: {str(exc).splitlines()[0]}"
+            return f"{b.label()}: {str(exc).splitlines()[0]}"
         return None
 
-    work = jobs(arch, searched)
+    t0 = time.monotonic()
     with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 2) as pool:
-        failures = [f for f in tqdm(pool.map(one, work), total=len(work), desc=f"cubins {arch}", unit="build",
+        failures = [f for f in tqdm(pool.map(one, todo), total=len(todo), desc=desc, unit="build",
                                     disable=not progress) if f]
-    for kid, D in searched:  # ptxas's reports, read by the search's static gate on the GPU
-        static_space(kid, D, arch, workers=workers, progress=progress)
-    for kid in search.searchable():  # the page's static space (ptxas's reports only, no cubins kept)
-        for D in (64, 128):
-            static_space(kid, D, STATIC_ONLY_ARCH, workers=workers, progress=progress)
-    return failures
+    return todo, failures, time.monotonic() - t0
 
 
-def carried_files(arch: str, searched=SEARCHED) -> list[Path]:
-    """The cache files a GPU session reads, after `prebuild`: each job's cubin and ptxas report,
-    and the ptxas reports of the static spaces (the configurations the arithmetic rules refuse
-    were never built and have none)."""
-    from . import search
-    from .compile import cubin_path
-
-    files = []
-    for spec in jobs(arch, searched):
-        cubin = cubin_path(spec, arch)
-        files += [cubin, cubin.with_suffix(".ptxas")]
-    spaces = [(kid, D, arch) for kid, D in searched]
-    spaces += [(kid, D, STATIC_ONLY_ARCH) for kid in search.searchable() for D in (64, 128)]
-    for kid, D, target in spaces:
-        for config in search.space(kid, D):
-            report = cubin_path(registry.get(kid, target).with_config(config), target).with_suffix(".ptxas")
-            if report.exists():
-                files.append(report)
-    return list(dict.fromkeys(files))
-
-
-def export(dest: Path, files: list[Path]) -> tuple[int, int]:
-    """Copy `files` (carried_files: exactly what a GPU session reads) into `dest`/cubin, emptied
-    first, so that what is carried holds no stale build; returns (files, bytes)."""
-    target = dest / "cubin"
-    shutil.rmtree(target, ignore_errors=True)
-    target.mkdir(parents=True)
-    for path in files:
-        shutil.copy2(path, target / path.name)
-    return len(files), sum(p.stat().st_size for p in files)
+def predicted_seconds(n_builds: int, cores: int = DEVICE_CORES) -> float:
+    """Wall seconds of `n_builds` nvcc runs on `cores` cores, in waves (a prediction)."""
+    return math.ceil(n_builds / cores) * BUILD_CORE_SECONDS if n_builds else 0.0

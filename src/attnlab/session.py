@@ -17,6 +17,7 @@ no-GPU mode.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -79,11 +80,21 @@ class Outcome:
 @dataclass(frozen=True)
 class Stage:
     name: str
-    minutes: float       # predicted on an H100, the stage's own steps (not the machine's start)
+    step_minutes: float  # predicted on an H100, the stage's steps but its builds (not the machine's start)
     what: str
     plan: Callable[["Context"], list[Step]]
     parallel: int = 1    # children at once: 1 wherever a timing or a GPU-wide tool runs
     redirect_results: bool = True  # False: records go to results/ (the book reads them there)
+
+    @property
+    def minutes(self) -> float:
+        """Predicted, with the builds the carry leaves to the GPU machine (build_seconds)."""
+        return round(self.step_minutes + build_seconds(self.name)[0] / 60, 1)
+
+    @property
+    def worst_minutes(self) -> float:
+        """Predicted when nothing carried is of use there: every build made on the GPU machine."""
+        return round(self.step_minutes + build_seconds(self.name)[1] / 60, 1)
 
 
 @dataclass
@@ -189,7 +200,7 @@ def plan_extras(ctx: Context) -> list[Step]:
     return [_page_step(ctx, stem) for stem in MEASURING_PAGES if stem in pages]
 
 
-# What each stage's children import and run: a missing one fails the preflight, the first step of
+# What each stage's children import and run: a missing one fails the prepare step, the first of
 # every stage, on the device and in the rehearsal alike (where the GPU commands stop early).
 STAGE_NEEDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {  # stage: (modules, GPU programs)
     "check": (("torch", "cupy", "numpy", "tqdm", "pytest", "triton", "attnlab.check", "attnlab.launch",
@@ -222,17 +233,63 @@ def _tool_missing(name: str) -> bool:
     return shutil.which(name) is None
 
 
-def preflight(stage: str, arch: str | None = None) -> list[str]:
-    """What would make the stage fail before it measured anything: a module that does not import,
-    a program not on PATH (on a GPU machine only), a kernel whose cubin for the GPU's target is not
-    in the cache (the stage would wait on nvcc). Empty when all is there."""
+# What each stage's steps load or read of nvcc's builds (attnlab.prebuild's sets). The first step
+# unpacks what was carried and builds the rest, every core at once, before anything is measured.
+STAGE_BUILDS: dict[str, tuple[str, ...]] = {
+    "check": ("registered",),
+    "bench": ("registered",),
+    "sanitize": ("registered",),
+    "extras": ("registered", "searched", "static_reports"),  # chapter 8's timed search and static spaces
+    "book": ("registered", "inspected"),                      # the chapters' inspect cells, every target
+}
+
+
+@functools.lru_cache(maxsize=None)
+def build_seconds(stage: str, arch: str = "sm_90") -> tuple[float, float]:
+    """Predicted seconds of the stage's builds on the GPU machine: with the carry found there (what
+    is not carried), and without it (everything: that machine's nvcc is another build than the one
+    that made the carry)."""
+    from . import prebuild
+
+    wanted = prebuild.builds(STAGE_BUILDS[stage], arch)
+    carried = {b.identity for b in prebuild.carried(arch)}
+    missing = [b for b in wanted if b.identity not in carried]
+    return prebuild.predicted_seconds(len(missing)), prebuild.predicted_seconds(len(wanted))
+
+
+def _unpack_carry() -> list[str]:
+    """The prebuilt archives the call carried, into attnlab's cache; one note each."""
+    from . import carry
+    from .paths import cache_dir
+    from .toolchain import nvcc_version
+
+    notes = []
+    for archive in carry.carried_archives():
+        try:
+            manifest = carry.unpack(archive, cache_dir())
+        except Exception as exc:  # noqa: BLE001 - no lzma, a damaged file: the builds are made here instead
+            notes.append(f"{archive.name} not unpacked ({type(exc).__name__}: {exc}): its builds are made here")
+            continue
+        note = f"unpacked {archive.name}: {len(manifest['files'])} files built by nvcc {manifest['nvcc']}"
+        if manifest["nvcc"] != nvcc_version():
+            note += f"; this machine's nvcc is {nvcc_version()}, so every build is made here"
+        notes.append(note)
+    return notes
+
+
+def prepare(stage: str, arch: str | None = None, workers: int | None = None) -> tuple[list[str], list[str]]:
+    """Make the stage ready before it measures anything, and say what would make it fail: a module
+    that does not import, a program not on PATH (on a GPU machine only), a build that nvcc refuses.
+    The carried builds are unpacked into attnlab's cache and the stage's other builds are made
+    (attnlab.prebuild), so that no step waits on nvcc. Returns (problems, notes)."""
     import importlib
 
-    from .compile import backend, cubin_path
+    from . import prebuild
+    from .compile import backend
     from .env import has_gpu
 
     modules, programs = STAGE_NEEDS[stage]
-    problems = []
+    problems, notes = [], []
     for name in modules:
         try:
             importlib.import_module(name)
@@ -246,25 +303,20 @@ def preflight(stage: str, arch: str | None = None) -> list[str]:
         arch = _device_arch(_device_index())
     if arch and (not gpu or backend() == "nvcc"):
         if _tool_missing("nvcc"):
-            return problems + ["no nvcc, so no cached cubin can be looked up (ATTNLAB_NVCC=system on a GPU image)"]
-        missing = [s.id for s in registry.select(None) if not cubin_path(s, arch).exists()]
-        if missing:
-            from .paths import cache_dir
-            from .toolchain import nvcc_version
-            folder, version = cache_dir() / "cubin", nvcc_version()
-            # A cubin of the same kernel under another key: built from other sources or by another
-            # nvcc than this machine's; the stage then builds its own (seconds per kernel).
-            other = [kid for kid in missing if any(folder.glob(f"{kid}-{arch}-*.cubin"))]
-            problems.append(f"no {arch} cubin built by this nvcc ({version}) from these sources in {folder} for "
-                            f"{', '.join(missing)}"
-                            + (f" ({len(other)} of them built by another nvcc or from older sources)" if other else "")
-                            + f": run `python -m attnlab prebuild --arch {arch}` with nvcc {version}")
-    return problems
+            return problems + ["no nvcc to build with (ATTNLAB_NVCC=system on a GPU image)"], notes
+        notes += _unpack_carry()
+        wanted = prebuild.builds(STAGE_BUILDS[stage], arch)
+        built, failures, seconds = prebuild.build_missing(wanted, workers, progress=False)
+        targets = ", ".join(sorted({b.arch for b in wanted}))
+        notes.append(f"{len(wanted) - len(built)} of {len(wanted)} builds ({targets}) found in the cache; "
+                     f"{len(built)} built here in {seconds:.0f} s on {workers or os.cpu_count()} cores")
+        problems += [f"nvcc refused {f}" for f in failures]
+    return problems, notes
 
 
-def _preflight_step(ctx: Context, stage: str) -> Step:
-    argv = (ctx.python, "-m", "attnlab.session", "--preflight", stage) + (("--arch", "sm_90") if ctx.rehearse else ())
-    return Step("preflight", argv, timeout_s=120, gpu=False, alone=True)
+def _prepare_step(ctx: Context, stage: str) -> Step:
+    argv = (ctx.python, "-m", "attnlab.session", "--prepare", stage) + (("--arch", "sm_90") if ctx.rehearse else ())
+    return Step("prepare", argv, timeout_s=300, gpu=False, alone=True)
 
 
 STAGES: tuple[Stage, ...] = (
@@ -293,7 +345,16 @@ def list_text() -> str:
     lines = [f"{s.name:<{width}}  ~{s.minutes:g} min on an H100  {s.what}" for s in STAGES]
     lines.append(f"{'total':<{width}}  ~{sum(s.minutes for s in STAGES):g} min of steps (each call also "
                  "pays the machine's start when it comes cold)")
+    waits = ", ".join(f"{s.name} {build_seconds(s.name)[0]:.0f} s" for s in STAGES)
+    worst = ", ".join(f"{s.name} {build_seconds(s.name)[1]:.0f} s" for s in STAGES)
+    lines.append(f"builds on the GPU machine, included above (predicted, {prebuild_cores()} cores): {waits}; "
+                 f"if its nvcc is not the carry's: {worst} (~{sum(s.worst_minutes for s in STAGES):g} min in all)")
     return "\n".join(lines)
+
+
+def prebuild_cores() -> int:
+    from .prebuild import DEVICE_CORES
+    return DEVICE_CORES
 
 
 # --- running steps -----------------------------------------------------------------------------------
@@ -450,13 +511,14 @@ def run_stage(name: str, out_dir: Path, work_root: Path | None = None, rehearse:
     partial_before = _partial_snapshot()
     if stage.redirect_results:
         env["ATTNLAB_RESULTS"] = str(work / "results")
-    plan = [_preflight_step(ctx, name), *stage.plan(ctx)] if steps is None else steps
+    plan = [_prepare_step(ctx, name), *stage.plan(ctx)] if steps is None else steps
     run = StageRun(name)
+    minutes = stage.minutes  # before the clock starts: it reads every kernel's sources
     t0 = time.monotonic()
     hard_end = t0 + (hard_end_s if hard_end_s is not None else max(HARD_END_S, deadline_s + 90))
-    echo(f"== stage {name}: {len(plan)} steps, {stage.parallel} at a time, predicted ~{stage.minutes:g} min")
+    echo(f"== stage {name}: {len(plan)} steps, {stage.parallel} at a time, predicted ~{minutes:g} min")
     header = {"stage": name, "rehearsal": rehearse, "gpu": nvidia_smi("name") or "none", "git": describe_now(),
-              "predicted_minutes": stage.minutes}
+              "predicted_minutes": minutes}
     finished: list[Outcome] = []
     lock = threading.Lock()
 
@@ -640,8 +702,9 @@ def main(argv=None) -> int:
     p.add_argument("--rehearse", action="store_true", help="no GPU here: a GPU command that refuses cleanly passes")
     p.add_argument("--deadline", type=float, default=STAGE_DEADLINE_S,
                    help="seconds after which no step starts (default: %(default)s)")
-    p.add_argument("--preflight", metavar="STAGE", help="only check what STAGE needs (modules, programs, cubins)")
-    p.add_argument("--arch", help="with --preflight: the target whose cubins must be cached (default: the GPU's)")
+    p.add_argument("--prepare", metavar="STAGE", help="only make STAGE ready: check its modules and programs, "
+                                                       "unpack the carried builds and build what it needs")
+    p.add_argument("--arch", help="with --prepare: the target to build for (default: the GPU's)")
     p.add_argument("--isolation-demo", action="store_true",
                    help="show a hanging child and a faulting one recorded while the stage goes on")
     p.add_argument("--check-out", metavar="DIR", help="check that DIR would come back from the GPU machine whole")
@@ -665,11 +728,13 @@ def main(argv=None) -> int:
         print(f"{args.check_out}: {len(files)} files ({', '.join(files)}); "
               + ("all come back" if not problems else f"{len(problems)} problems"))
         return 1 if problems else 0
-    if args.preflight:
-        problems = preflight(args.preflight, args.arch)
+    if args.prepare:
+        problems, notes = prepare(args.prepare, args.arch)
+        for line in notes:
+            print(line)
         for line in problems:
             print(f"MISSING {line}", file=sys.stderr)
-        print(f"preflight {args.preflight}: {'ok' if not problems else f'{len(problems)} problems'}")
+        print(f"prepare {args.prepare}: {'ok' if not problems else f'{len(problems)} problems'}")
         return 1 if problems else 0
     if args.list or not args.stage:
         print(list_text())
