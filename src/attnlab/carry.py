@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import io
 import json
-import lzma
 import os
 import re
 import subprocess
@@ -37,8 +36,8 @@ MiB = 2**20
 LIMIT_MIB = 64           # what the device accepts in one call (its tool's limits)
 BUDGET_MIB = 48          # what scripts/gpu_prepare.sh may carry: the rest is room to grow
 WHEELS_MAX_MIB = 34      # scripts/fetch_device_wheels.sh fails above this (55 wheels: 32.3 MiB)
-# The largest carried cubin compressed alone: 07_mma's chapter configuration for sm_90 is 164 KiB
-# (1,479 KiB raw), its searched configurations up to about 220 KiB, the other kernels 10-90 KiB.
+# A bound of one cubin compressed alone. Measured for sm_90: 07_mma's chapter configuration 164 KiB
+# (1,479 KiB raw), the 36 configurations of its D = 64 space 132-207 KiB, the other kernels 10-90.
 CUBIN_XZ_MAX = 256 * 1024
 REPORT_MAX = 8 * 1024    # ptxas's report of one build, uncompressed: 5.3 KiB at most so far
 ENTRY_BYTES = 1024       # a tar header (512 B) and the padding of the file's last block (< 512 B)
@@ -108,6 +107,8 @@ def estimate(arch: str, root: Path | None = None) -> Estimate:
 # --- the archive -----------------------------------------------------------------------------------
 
 def xz_alone(data: bytes) -> int:
+    import lzma  # here, not above: a Python without it still bounds the carry, and a session builds instead
+
     return len(lzma.compress(data, preset=XZ_PRESET))
 
 
@@ -115,6 +116,8 @@ def pack(builds: list[prebuild.Build], dest: Path, arch: str) -> tuple[Path, int
     """The files of `builds` (built) as dest/prebuilt-<arch>.tar.xz, with a manifest naming the
     nvcc that made them; returns (the archive, the number of files). Raises ValueError when a file
     or the whole passes its bound: then the estimate is no bound, and CUBIN_XZ_MAX must grow."""
+    import lzma
+
     from .toolchain import nvcc_version
 
     files = list(dict.fromkeys(p for b in builds for p in b.files()))
