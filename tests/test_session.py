@@ -228,3 +228,15 @@ def test_prepare_on_a_gpu_builds_for_the_gpus_target(tmp_path, monkeypatch):
     monkeypatch.setitem(prebuild.SETS, "registered", lambda arch: asked.append(arch) or [])
     problems, notes = session.prepare("check")
     assert asked == ["sm_90"] and any("0 of 0 builds" in n for n in notes), notes
+
+
+def test_running_pages_stage_table_gives_the_minutes_list_predicts():
+    """book/running.md quotes `gpu_session.sh --list`: a change to stages, kernels or the searched
+    space that moves a prediction must move the page too."""
+    page = (ROOT / "book" / "running.md").read_text()
+    for stage in session.STAGES:
+        found, worst = session.build_seconds(stage.name)
+        row = f"| `{stage.name}` | ~{stage.minutes:g} | {found:.0f} s ({worst:.0f} s) |"
+        assert row in page, row
+    assert f"predicts for an H100, {sum(s.minutes for s in session.STAGES):.1f} in all" in page
+    assert f"({sum(s.worst_minutes for s in session.STAGES):.1f} minutes in all)" in page
