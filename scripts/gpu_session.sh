@@ -6,9 +6,11 @@
 #   bash scripts/gpu_session.sh check bench       # or several, one after the other
 #
 # Before the first call, on a machine with the package index and nvcc:
-#   bash scripts/gpu_prepare.sh                   # wheels into .whl/, sm_90 cubins into .attnlab-cache/
-# and carry .whl and .attnlab-cache with the working tree. What the machine lacks (the Jupyter
-# stack, papermill, nbval, myst-nb) is installed from .whl/ into /tmp/site, once per machine.
+#   bash scripts/gpu_prepare.sh                   # wheels into .whl/, prebuilt-sm_90.tar.xz into .attnlab-cache/
+# and carry .whl and .attnlab-cache with the working tree. Each stage's first step unpacks the
+# archive into the cache and builds there what the stage needs and does not find. What the machine
+# lacks (the Jupyter stack, papermill, nbval, myst-nb) is installed from .whl/ into /tmp/site, once
+# per machine.
 # Each stage runs every kernel in its own process under a timeout, goes on past any failure, and
 # ends with a table of its failures; records, logs and executed notebooks come back in
 # $OUT/<stage>.tar.gz (python -m attnlab import-evidence brings them into a checkout).

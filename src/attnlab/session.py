@@ -80,7 +80,7 @@ class Outcome:
 @dataclass(frozen=True)
 class Stage:
     name: str
-    step_minutes: float  # predicted on an H100, the stage's steps but its builds (not the machine's start)
+    step_minutes: float  # predicted on an H100: its steps, builds aside (and not the machine's start)
     what: str
     plan: Callable[["Context"], list[Step]]
     parallel: int = 1    # children at once: 1 wherever a timing or a GPU-wide tool runs
