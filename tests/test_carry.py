@@ -32,7 +32,7 @@ def test_the_carry_holds_one_file_per_build_and_no_searched_cubin():
     assert len(mma) < len([s for s in registry.select(None) if s.source == registry.get("07_mma").source])
     # the searched configurations are built on the GPU machine, by the extras stage
     searched = {b.identity for b in prebuild.searched("sm_90")}
-    assert len(searched) == len(search.valid_space("07_mma", 64))
+    assert len(searched) == len(search.valid_space("07_mma", 64, "sm_90"))
     assert searched & {b.identity for b in builds} <= {b.identity for b in prebuild.registered("sm_90")}
     assert set(session.STAGE_BUILDS) == {s.name for s in session.STAGES}
     assert "searched" in session.STAGE_BUILDS["extras"]
@@ -140,3 +140,29 @@ def test_a_damaged_carry_is_built_instead(tmp_path, monkeypatch):
     problems, notes = session.prepare("check", arch="sm_90")
     assert problems == [] and build.done()
     assert any("not unpacked" in n and "made here" in n for n in notes), notes
+
+
+def test_a_searched_configuration_nvcc_refuses_is_a_verdict_not_a_failure(tmp_path, monkeypatch):
+    monkeypatch.setattr(carry, "carried_archives", lambda root=None: [])
+    _small_stage(monkeypatch, tmp_path)
+    config = search.default_config("07_mma", 64, "sm_90")
+    searched = [prebuild.Build(registry.get("07_mma", "sm_90").with_config(config), "sm_90", required=False)]
+    monkeypatch.setitem(prebuild.SETS, "registered", lambda arch: searched)
+
+    def refuse(self):
+        raise KernelBuildError("nvcc failed for 07_mma (sm_90):\nerror: planted")
+    monkeypatch.setattr(prebuild.Build, "run", refuse)
+    problems, notes = session.prepare("check", arch="sm_90")
+    assert problems == [] and any("the static gate's verdict" in n for n in notes), notes
+
+
+def test_the_sets_follow_their_target_not_the_gpu_at_hand(monkeypatch):
+    """prepare on an H100 builds what gpu_prepare.sh counted on a machine without a GPU: the L4's
+    static spaces by the L4's limits, the searched space by sm_90's."""
+    import attnlab.gpus
+
+    here = (len(prebuild.static_reports()), len(prebuild.searched("sm_90")))
+    monkeypatch.setattr(attnlab.gpus, "arch_at_hand", lambda: ("sm_90", "an H100's"))
+    monkeypatch.setattr(attnlab.gpus, "_of_gpu_at_hand", lambda *args: (227 * 1024, "an H100's"))
+    monkeypatch.setattr(registry, "_BY_ARCH", {})
+    assert (len(prebuild.static_reports()), len(prebuild.searched("sm_90"))) == here

@@ -35,11 +35,10 @@ SEARCHED = (("07_mma", 64),)
 # Chapter 8's page draws the static space of every searchable kernel for the L4's target.
 STATIC_ONLY_ARCH = "sm_89"
 # What one build costs, for the stages' predicted minutes: nvcc is one process on one core. On the
-# two cores of an AMD EPYC here, the sm_90 builds of the registered kernels and of chapter 8's
-# searched space took 3.4 core-seconds each on average (55 builds in 94 s), and the 24 searched
-# configurations of 07_mma alone, the heaviest, 6 (72 s, in a rehearsal sharing the cores). The
-# GPU machine has 16 cores (its kind's page).
-BUILD_CORE_SECONDS = 6.0
+# two otherwise idle cores of an AMD EPYC here, 24 configurations of 07_mma for sm_90, the heaviest
+# builds, took 43 s (3.6 core-seconds each) and the 26 other inspected targets of the registered
+# kernels 24 s (1.8 each). The GPU machine has 16 cores (its kind's page).
+BUILD_CORE_SECONDS = 4.0
 DEVICE_CORES = 16
 
 
@@ -47,7 +46,10 @@ DEVICE_CORES = 16
 class Build:
     spec: KernelSpec
     arch: str
-    cubin: bool = True  # False: ptxas's report alone
+    cubin: bool = True     # False: ptxas's report alone
+    # False: a configuration of a searched space, where nvcc's refusal is the static gate's verdict
+    # on it (attnlab.search), not a failure
+    required: bool = True
 
     @property
     def identity(self) -> tuple:
@@ -100,15 +102,15 @@ def registered(arch: str) -> list[Build]:
 def searched(arch: str, kernels=SEARCHED) -> list[Build]:
     from . import search
 
-    return unique(Build(registry.get(kid, arch).with_config(c), arch)
-                  for kid, D in kernels for c in search.valid_space(kid, D))
+    return unique(Build(registry.get(kid, arch).with_config(c), arch, required=False)
+                  for kid, D in kernels for c in search.valid_space(kid, D, arch))
 
 
 def static_reports(arch: str = STATIC_ONLY_ARCH) -> list[Build]:
     from . import search
 
-    return unique(Build(registry.get(kid, arch).with_config(c), arch, cubin=False)
-                  for kid in search.searchable() for D in (64, 128) for c in search.valid_space(kid, D))
+    return unique(Build(registry.get(kid, arch).with_config(c), arch, cubin=False, required=False)
+                  for kid in search.searchable() for D in (64, 128) for c in search.valid_space(kid, D, arch))
 
 
 def inspected() -> list[Build]:
@@ -132,9 +134,9 @@ def carried(arch: str) -> list[Build]:
 
 
 def build_missing(wanted: list[Build], workers: int | None = None, progress: bool = True,
-                  desc: str = "builds") -> tuple[list[Build], list[str], float]:
+                  desc: str = "builds") -> tuple[list[Build], dict[Build, str], float]:
     """Build what is not in the cache, `workers` nvcc processes at once (default: one per core);
-    returns (what was built, the failures one line each, seconds)."""
+    returns (what was tried, {build: the first line of nvcc's refusal}, seconds)."""
     from tqdm import tqdm
 
     from .compile import KernelBuildError
@@ -150,9 +152,8 @@ def build_missing(wanted: list[Build], workers: int | None = None, progress: boo
 
     t0 = time.monotonic()
     with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 2) as pool:
-        failures = [f for f in tqdm(pool.map(one, todo), total=len(todo), desc=desc, unit="build",
-                                    disable=not progress) if f]
-    return todo, failures, time.monotonic() - t0
+        results = list(tqdm(pool.map(one, todo), total=len(todo), desc=desc, unit="build", disable=not progress))
+    return todo, {b: line for b, line in zip(todo, results) if line}, time.monotonic() - t0
 
 
 def predicted_seconds(n_builds: int, cores: int = DEVICE_CORES) -> float:

@@ -185,22 +185,25 @@ class KernelSpec:
         return dataclasses.replace(self, arch=arch, defines=tuple(sorted(config.items())),
                                    **self.tuning.geometry(config))
 
-    def config_problems(self, D: int) -> list[str]:
-        """Why this build cannot run head dim D, before compiling it: the kernel's compile-time rules,
-        shared memory over the limit per block of its architecture (the GPU at hand's; the L4's 99 KB
-        without one), and shared memory that lets fewer CTAs share an SM than the `min_ctas` knob
-        promises. Empty when it can."""
+    def config_problems(self, D: int, arch: str | None = None) -> list[str]:
+        """Why this build cannot run head dim D on `arch`, before compiling it: the kernel's
+        compile-time rules, shared memory over the limit per block of the target (`arch`, else the
+        build's own, else the GPU at hand's; the L4's 99 KB without one), and shared memory that lets
+        fewer CTAs share an SM than the `min_ctas` knob promises. Empty when it can. Name `arch`
+        where the target is not the GPU at hand: a build whose tiles are the source's own carries no
+        architecture of its own."""
         if self.tuning is None:
             return []
         from .gpus import SM_LIMITS, arch_at_hand, occupancy
 
+        arch = arch or self.arch
         problems = list(self.tuning.rules(self.config, D))
         shape = Shape(1, 1, 1, D)
         smem = self.dynamic_smem(shape)
-        limit, whose = max_smem_per_block(self.arch)
+        limit, whose = max_smem_per_block(arch)
         if smem > limit:
             problems.append(f"{smem} B of shared memory at D={D}, over {whose} {limit} B per block")
-        arch = self.arch or arch_at_hand()[0]
+        arch = arch or arch_at_hand()[0]
         if self.tuning.min_ctas is not None and arch in SM_LIMITS and smem <= SM_LIMITS[arch].smem_per_block:
             promised = self.config[self.tuning.min_ctas]
             fit = occupancy(arch, math.prod(self.block(shape)), 0, smem)

@@ -81,14 +81,16 @@ def space(kernel_id: str, D: int) -> list[dict[str, int]]:
     return [dict(zip((k.name for k in knobs), values)) for values in itertools.product(*(k.values for k in knobs))]
 
 
-def arithmetic_problems(kernel_id: str, config: dict, D: int) -> list[str]:
-    """Why the kernel cannot be built or launched with `config` at D, known without compiling."""
-    return registry.get(kernel_id).with_config(config).config_problems(D)
+def arithmetic_problems(kernel_id: str, config: dict, D: int, arch: str | None = None) -> list[str]:
+    """Why the kernel cannot be built or launched with `config` at D on `arch` (the GPU at hand's
+    by default), known without compiling."""
+    return registry.get(kernel_id, arch).with_config(config).config_problems(D, arch)
 
 
-def valid_space(kernel_id: str, D: int) -> list[dict[str, int]]:
-    """The configurations that pass the arithmetic rules at D: what the search may try."""
-    return [c for c in space(kernel_id, D) if not arithmetic_problems(kernel_id, c, D)]
+def valid_space(kernel_id: str, D: int, arch: str | None = None) -> list[dict[str, int]]:
+    """The configurations that pass the arithmetic rules at D on `arch` (the GPU at hand's by
+    default): what the search may try."""
+    return [c for c in space(kernel_id, D) if not arithmetic_problems(kernel_id, c, D, arch)]
 
 
 def config_text(config: dict, kernel_id: str | None = None, D: int | None = None) -> str:
@@ -166,7 +168,7 @@ def static_gate(kernel_id: str, config: dict, D: int, arch: str | None = None) -
     shape = Shape(1, 1, 1, D)
     verdict = StaticVerdict(kernel_id, dict(config), D, arch, threads=math.prod(spec.block(shape)),
                             dynamic_smem=spec.dynamic_smem(shape))
-    verdict.problems = spec.config_problems(D)
+    verdict.problems = spec.config_problems(D, arch)
     if verdict.problems or not toolchain.has_nvcc():
         # Without nvcc (a GPU machine with NVRTC only) the arithmetic rules are all that can be said
         # before a build: DeviceFitness then reads the loaded kernel's attributes instead.

@@ -306,11 +306,13 @@ def prepare(stage: str, arch: str | None = None, workers: int | None = None) -> 
             return problems + ["no nvcc to build with (ATTNLAB_NVCC=system on a GPU image)"], notes
         notes += _unpack_carry()
         wanted = prebuild.builds(STAGE_BUILDS[stage], arch)
-        built, failures, seconds = prebuild.build_missing(wanted, workers, progress=False)
+        tried, refused, seconds = prebuild.build_missing(wanted, workers, progress=False)
         targets = ", ".join(sorted({b.arch for b in wanted}))
-        notes.append(f"{len(wanted) - len(built)} of {len(wanted)} builds ({targets}) found in the cache; "
-                     f"{len(built)} built here in {seconds:.0f} s on {workers or os.cpu_count()} cores")
-        problems += [f"nvcc refused {f}" for f in failures]
+        notes.append(f"{len(wanted) - len(tried)} of {len(wanted)} builds ({targets}) found in the cache; "
+                     f"{len(tried) - len(refused)} built here in {seconds:.0f} s on {workers or os.cpu_count()} cores")
+        problems += [f"nvcc refused {line}" for b, line in refused.items() if b.required]
+        notes += [f"nvcc refused {line} (the static gate's verdict on it)" for b, line in refused.items()
+                  if not b.required]
     return problems, notes
 
 
