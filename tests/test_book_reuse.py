@@ -66,18 +66,20 @@ def test_check_takes_a_record_with_every_seed_asked(on_a_gpu, capsys):
     assert book.reusable_check("01_scalar", (0, 1, 2, 3)) is None  # a seed it did not run: measure
 
 
-def test_a_record_covers_a_kernel_where_the_shape_is_not_for_it():
-    """Chapter 7's targets in one run: its 64-only split is skipped at D = 128 by any run, and the
-    record still covers the page; a kernel that could have run and has no check does not."""
+def test_a_record_covers_a_kernel_its_run_could_not_give_the_shape():
+    """Chapter 7's targets in one run: a kernel the run skipped at a shape (its GPU gives the
+    64-key split no D = 128) still leaves the record covering the page; a kernel the run left out,
+    or gave no check, does not."""
     from attnlab.shapes import Shape
 
-    def record(shape, split4):
-        return {"cases": [{"shape": list(shape), "causal": c,
-                           "kernels": {"07_mma": {"check": {"passed": True}}, "07_mma_split4": split4}}
-                          for c in (False, True)]}
+    def record(split4):
+        kernels = {"07_mma": {"check": {"passed": True}}}
+        if split4 is not None:
+            kernels["07_mma_split4"] = split4
+        return {"cases": [{"shape": [2, 16, 4096, 128], "causal": c, "kernels": dict(kernels)} for c in (False, True)]}
 
-    d128, d64 = Shape(2, 16, 4096, 128), Shape(4, 16, 4096, 64)
-    skipped = {"skipped": "07_mma_split4 supports head dim D in 64; got D=128"}
-    assert book.covers(record(d128, skipped), ["07_mma", "07_mma_split4"], [d128], "check")
-    assert not book.covers(record(d64, skipped), ["07_mma", "07_mma_split4"], [d64], "check")
-    assert book.covers(record(d64, {"check": {"passed": True}}), ["07_mma", "07_mma_split4"], [d64], "check")
+    ids, shapes = ["07_mma", "07_mma_split4"], [Shape(2, 16, 4096, 128)]
+    assert book.covers(record({"skipped": "07_mma_split4 supports head dim D in 64; got D=128"}), ids, shapes, "check")
+    assert book.covers(record({"check": {"passed": True}}), ids, shapes, "check")
+    assert not book.covers(record(None), ids, shapes, "check")
+    assert not book.covers(record({"launch": {}}), ids, shapes, "check")
