@@ -37,8 +37,10 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 LIST=$ROOT/scripts/device_wheels.txt
 DEST=$ROOT/.whl
 PYTHON=${PYTHON:-python3}  # with pip, and `packaging` for the checker (the project's .venv has both)
-# The most the wheels may weigh: attnlab.carry counts them at this in the carry's bound.
-MAX_MIB=$(PYTHONPATH=$ROOT/src "$PYTHON" -c 'from attnlab.carry import WHEELS_MAX_MIB; print(WHEELS_MAX_MIB)')
+# The most the wheels may weigh: attnlab.carry counts them at this in the carry's bound (read from
+# its source: this script needs no more than pip and `packaging`).
+MAX_MIB=$(sed -n 's/^WHEELS_MAX_MIB *= *\([0-9][0-9]*\).*/\1/p' "$ROOT/src/attnlab/carry.py")
+[ -n "$MAX_MIB" ] || { echo "no WHEELS_MAX_MIB in src/attnlab/carry.py" >&2; exit 1; }
 
 mkdir -p "$DEST"
 

@@ -146,7 +146,7 @@ def pack(builds: list[prebuild.Build], dest: Path, arch: str) -> tuple[Path, int
     return target, len(files)
 
 
-_PLAIN = re.compile(r"cubin/[A-Za-z0-9_.-]+")
+_PLAIN = re.compile(r"cubin/[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
 
 def unpack(archive: Path, cache: Path) -> dict:
@@ -162,6 +162,8 @@ def unpack(archive: Path, cache: Path) -> dict:
             if m.name == MANIFEST:
                 continue
             target = cache / m.name
+            if target.is_file() and target.stat().st_size == m.size:  # unpacked by an earlier stage of the call
+                continue
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
             tmp.write_bytes(tar.extractfile(m).read())
