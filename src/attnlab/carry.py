@@ -124,17 +124,18 @@ def pack(builds: list[prebuild.Build], dest: Path, arch: str) -> tuple[Path, int
     missing = [p.name for p in files if not p.is_file()]
     if missing:
         raise FileNotFoundError(f"not built: {', '.join(missing[:5])}")
-    for path in files:
-        if path.suffix == ".ptxas" and path.stat().st_size > REPORT_MAX:
-            raise ValueError(f"{path.name}: {path.stat().st_size} B, over REPORT_MAX ({REPORT_MAX} B)")
-        if path.suffix == ".cubin" and (alone := xz_alone(path.read_bytes())) > CUBIN_XZ_MAX:
+    contents = {p: p.read_bytes() for p in files}
+    for path, data in contents.items():
+        if path.suffix == ".ptxas" and len(data) > REPORT_MAX:
+            raise ValueError(f"{path.name}: {len(data)} B, over REPORT_MAX ({REPORT_MAX} B)")
+        if path.suffix == ".cubin" and (alone := xz_alone(data)) > CUBIN_XZ_MAX:
             raise ValueError(f"{path.name}: {alone} B compressed alone, over CUBIN_XZ_MAX ({CUBIN_XZ_MAX} B)")
     dest.mkdir(parents=True, exist_ok=True)
     target = dest / archive_name(arch)
     manifest = json.dumps({"arch": arch, "nvcc": nvcc_version(), "files": [p.name for p in files]}).encode()
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for name, data in [(MANIFEST, manifest)] + [(f"cubin/{p.name}", p.read_bytes()) for p in files]:
+        for name, data in [(MANIFEST, manifest)] + [(f"cubin/{p.name}", d) for p, d in contents.items()]:
             info = tarfile.TarInfo(name)
             info.size, info.mode = len(data), 0o644
             tar.addfile(info, io.BytesIO(data))
@@ -179,15 +180,6 @@ def carried_archives(root: Path | None = None) -> list[Path]:
     return sorted(folder.glob("prebuilt-*.tar.xz"))
 
 
-def measured(root: Path | None = None) -> dict[str, int]:
-    """The carry as it is now in `root`: tree, .whl and .attnlab-cache, in bytes."""
-    from .paths import repo_root
-
-    root = root or repo_root()
-    return {"tree": tree_bytes(root), "wheels": folder_bytes(root / ".whl"),
-            "cache": folder_bytes(root / CACHE_FOLDER)}
-
-
 def main(argv=None) -> int:
     """python -m attnlab.carry [--arch sm_90]: the bound, then what is carried now; 1 over budget."""
     import argparse
@@ -199,17 +191,19 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     bound = estimate(args.arch)
     print(bound.text())
-    now = measured()
-    total = sum(now.values())
-    files = [p for p in (repo_root() / CACHE_FOLDER).rglob("*") if p.is_file()]
-    print(f"carried now: tree {now['tree'] / MiB:.1f} MiB + .whl {now['wheels'] / MiB:.1f} MiB + {CACHE_FOLDER} "
-          f"{now['cache'] / MiB:.1f} MiB ({len(files)} files) = {total / MiB:.1f} MiB of the {BUDGET_MIB} MiB budget")
+    # what is carried now: the same tree the bound counted, .whl and .attnlab-cache as they are
+    wheels = folder_bytes(repo_root() / ".whl")
+    cache_files = [p for p in (repo_root() / CACHE_FOLDER).rglob("*") if p.is_file()]
+    cache = sum(p.stat().st_size for p in cache_files)
+    total = bound.tree + wheels + cache
+    print(f"carried now: tree {bound.tree / MiB:.1f} MiB + .whl {wheels / MiB:.1f} MiB + {CACHE_FOLDER} "
+          f"{cache / MiB:.1f} MiB ({len(cache_files)} files) = {total / MiB:.1f} MiB of the {BUDGET_MIB} MiB budget")
     problems = []
     if bound.total > BUDGET_MIB * MiB:
         problems.append(f"its bound passes the {BUDGET_MIB} MiB budget")
     if total > BUDGET_MIB * MiB:
         problems.append(f"the carry passes the {BUDGET_MIB} MiB budget")
-    if now["wheels"] > bound.wheels:
+    if wheels > bound.wheels:
         problems.append(f".whl holds more than WHEELS_MAX_MIB ({WHEELS_MAX_MIB} MiB)")
     for line in problems:
         print(f"too much to carry: {line}", file=sys.stderr)

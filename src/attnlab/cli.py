@@ -470,13 +470,14 @@ def cmd_prebuild(args) -> int:
     from .prebuild import build_missing, carried
 
     toolchain.nvcc()  # no nvcc: one line (ToolMissing, in main) before any progress bar
-    _, refused, _ = build_missing(carried(args.arch), desc=f"prebuild {args.arch}")
+    wanted = carried(args.arch)
+    _, refused, _ = build_missing(wanted, desc=f"prebuild {args.arch}")
     for b, line in refused.items():
         print(f"{'FAIL' if b.required else 'not carried'} {line}", file=sys.stderr)
     if any(b.required for b in refused):
         return 1
     # a configuration nvcc refuses is the static gate's verdict on it, where it is searched
-    builds = [b for b in carried(args.arch) if b not in refused]
+    builds = [b for b in wanted if b not in refused]
     counts: dict[tuple[str, bool], int] = {}
     for b in builds:
         counts[b.arch, b.cubin] = counts.get((b.arch, b.cubin), 0) + 1

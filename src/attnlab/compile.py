@@ -62,10 +62,16 @@ def config_tag(defines) -> str:
     return "-cfg" + hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+def build_inputs(spec: KernelSpec, arch: str) -> tuple[str, str, str]:
+    """What decides an nvcc build besides the flags and nvcc itself, which are the same for every
+    build of one machine: source and headers, configuration, target. Needs no nvcc."""
+    return kernel_hash(spec), repr(sorted(spec.defines)), arch
+
+
 def build_key(spec: KernelSpec, arch: str) -> str:
-    """sha256 of everything that decides an nvcc build: source and headers, configuration, target,
-    flags, nvcc's version. Raises ToolMissing without an nvcc."""
-    parts = [kernel_hash(spec), repr(sorted(spec.defines)), arch, repr(NVCC_FLAGS), toolchain.nvcc_version()]
+    """sha256 of everything that decides an nvcc build: its inputs, the flags, nvcc's version.
+    Raises ToolMissing without an nvcc."""
+    parts = [*build_inputs(spec, arch), repr(NVCC_FLAGS), toolchain.nvcc_version()]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 

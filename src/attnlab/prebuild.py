@@ -53,10 +53,10 @@ class Build:
 
     @property
     def identity(self) -> tuple:
-        """What decides the build's output, known without nvcc (its version is the same for all)."""
-        from .sources import kernel_hash
+        """Its output (the cache files' names follow the source file), known without nvcc."""
+        from .compile import build_inputs
 
-        return (self.spec.path.name, kernel_hash(self.spec), tuple(sorted(self.spec.defines)), self.arch, self.cubin)
+        return (self.spec.path.name, *build_inputs(self.spec, self.arch), self.cubin)
 
     def files(self) -> list[Path]:
         """The cache files it leaves: the cubin and its report, or the report."""

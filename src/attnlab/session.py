@@ -343,20 +343,17 @@ def get_stage(name: str) -> Stage:
 
 
 def list_text() -> str:
+    from .prebuild import DEVICE_CORES
+
     width = max(len(s.name) for s in STAGES)
     lines = [f"{s.name:<{width}}  ~{s.minutes:g} min on an H100  {s.what}" for s in STAGES]
     lines.append(f"{'total':<{width}}  ~{sum(s.minutes for s in STAGES):g} min of steps (each call also "
                  "pays the machine's start when it comes cold)")
     waits = ", ".join(f"{s.name} {build_seconds(s.name)[0]:.0f} s" for s in STAGES)
     worst = ", ".join(f"{s.name} {build_seconds(s.name)[1]:.0f} s" for s in STAGES)
-    lines.append(f"builds on the GPU machine, included above (predicted, {prebuild_cores()} cores): {waits}; "
+    lines.append(f"builds on the GPU machine, included above (predicted, {DEVICE_CORES} cores): {waits}; "
                  f"if its nvcc is not the carry's: {worst} (~{sum(s.worst_minutes for s in STAGES):g} min in all)")
     return "\n".join(lines)
-
-
-def prebuild_cores() -> int:
-    from .prebuild import DEVICE_CORES
-    return DEVICE_CORES
 
 
 # --- running steps -----------------------------------------------------------------------------------
