@@ -11,6 +11,7 @@ import os
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -153,3 +154,21 @@ def test_every_kernel_has_an_entry_to_profile():
     for spec in registry.select(None):
         names = profile.entry_names(spec.id, MISSION if spec.supports_head_dim(64) else MISSION._replace(D=128))
         assert all(names) and all(n in spec.path.read_text() for n in names)
+
+
+def test_the_evidence_against_idle_sms_counts_elapsed_cycles():
+    """A claim that SMs idle is checked by a counter averaged over elapsed cycles on every SM:
+    achieved occupancy is averaged over active cycles only, so an SM without work cannot lower it."""
+    import nbformat
+
+    page = nbformat.read(Path(__file__).parents[1] / "book" / "appendix_profiling.ipynb", as_version=4)
+    rows = [line for cell in page.cells if cell.cell_type == "markdown"
+            for line in cell.source.splitlines() if line.startswith("|") and "SMs idle" in line]
+    assert rows, "the table of claims has no row about idle SMs"
+    by_short = {m.short: name for name, m in profile.METRICS.items()}
+    for row in rows:
+        evidence = row.strip("|").split("|")[-1]
+        residency = [by_short[short] for short in by_short if short.rstrip(" %") in evidence
+                     and by_short[short].startswith(("sm__warps_active", "sm__cycles_active"))]
+        assert residency, f"no collected residency metric named in {evidence!r}"
+        assert all(name.endswith("pct_of_peak_sustained_elapsed") for name in residency), residency

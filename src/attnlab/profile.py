@@ -52,7 +52,11 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum", "smem st conflicts",
            "extra shared-memory wavefronts caused by bank conflicts on shared stores"),
     Metric("sm__warps_active.avg.pct_of_peak_sustained_active", "achieved occupancy %",
-           "resident warps as a share of the SM's maximum, averaged over active cycles"),
+           "resident warps as a share of the SM's maximum, averaged over the cycles an SM was active "
+           "(an idle SM adds no cycles, so this cannot see idle SMs)"),
+    Metric("sm__cycles_active.avg.pct_of_peak_sustained_elapsed", "SMs active %",
+           "cycles in which an SM had a warp resident, as a share of the kernel's elapsed cycles, "
+           "averaged over every SM: idle SMs lower it"),
     Metric("launch__registers_per_thread", "registers",
            "registers per thread of the launch (what ptxas allocated; attnlab inspect reads the same)"),
 )}
