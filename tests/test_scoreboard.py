@@ -79,3 +79,17 @@ def test_the_averaging_kernel_passes_the_studys_check_only_with_its_inputs():
             assert not r["study_passes"] and r["abs_err"] > 100 * scoreboard.STUDY_TOLERANCE
             assert r["peak_weight_x_keys"] > 5
     assert {r["causal"] for r in rows} == {False, True} and {r["inputs"] for r in rows} == {study, book}
+
+
+def test_static_climb_colours_each_class_as_every_mix_figure_does():
+    """The landing page's climb and the chapters' mix figures share one class -> colour map."""
+    from matplotlib.colors import to_rgba
+
+    from attnlab.plot import CLASS_COLORS
+
+    fig = scoreboard.plot_static_climb("sm_89")
+    ax = fig.axes[0]
+    for container in ax.containers:
+        assert tuple(container.patches[0].get_facecolor()) == to_rgba(CLASS_COLORS[container.get_label()])
+    import matplotlib.pyplot as plt
+    plt.close(fig)

@@ -76,3 +76,26 @@ def test_sass_counts_only_the_ids_functions():
     whole = inspect_kernel(get("07_mma", "sm_89"), "sm_89")
     single = inspect_kernel(get("07_mma_single_buffer", "sm_89"), "sm_89")
     assert sum(single.sass.values()) < sum(whole.sass.values())
+
+
+def test_barrier_class_counts_only_block_barriers():
+    """BAR.SYNC and BAR.ARV synchronize warps of a block; BSSY, BSYNC, BREAK and WARPSYNC only
+    reconverge one warp and are a class of their own."""
+    cls = classify({"BAR.SYNC.DEFER_BLOCKING": 1, "BAR.ARV": 2, "BSSY": 67, "BSYNC": 67, "BREAK": 1,
+                    "WARPSYNC.ALL": 1, "WARPSYNC": 2, "HFMA2.MMA": 4, "HADD2.F32": 5, "ISETP.GE.AND": 7,
+                    "BRA": 9})
+    assert cls["barrier"] == 3 and cls["convergence"] == 138
+    assert cls["integer & address"] == 4 + 7 and cls["conversion"] == 5 and cls["fp16 math"] == 0
+    assert cls["control flow"] == 9 and cls["other"] == 0
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("kernel_id, bars", [("02_block_tiling", 2), ("03_warp_rows_4w", 1), ("03_warp_rows_8w", 1),
+                                             ("04_cublas_hybrid", 0), ("05_wmma", 4)])
+def test_barrier_class_is_the_bar_sync_count_the_chapters_quote(kernel_id, bars, arch):
+    """Chapter 3's one BAR.SYNC per entry point (chapter 2's two, chapter 5's four) is the barrier
+    count of every table: the class, the opcode count and kernel_view's count agree."""
+    from attnlab.kernel_view import count_ops
+
+    rep = inspect_kernel(get(kernel_id, arch), arch)
+    assert rep.sass_by_class()["barrier"] == count_ops(rep.sass, "BAR") == bars

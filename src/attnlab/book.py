@@ -201,9 +201,6 @@ def inspect(kernel_id: str, arches=None) -> list:
     """Build the kernel for each target with nvcc, print what ptxas and the SASS say, draw the
     instruction mix and assert the contract (no spills, shared memory within the L4's limit).
     Needs nvcc and cuobjdump, not a GPU."""
-    from dataclasses import replace
-
-    from .plot import sass_mix
     from .static import ARCHES, inspect_kernel
 
     # each target built with its own tiles (chapter 7's key tile follows the architecture)
@@ -220,18 +217,30 @@ def inspect(kernel_id: str, arches=None) -> list:
         print(f"{'':<6} SASS: {sum(rep.sass.values())} instructions, {cls['fp32 math']} fp32 math, "
               f"{cls['tensor core']} tensor core, {cls['global load']} global load,\n"
               f"{'':<6} {cls['shared load']} shared load, {cls['shared store']} shared store, "
-              f"{cls['local (spill)']} local")
+              f"{cls['barrier']} BAR (block barrier), {cls['local (spill)']} local")
     problems = [p for rep in reports for p in rep.problems]
     assert not problems, "\n".join(problems)
-    labelled = [replace(rep, kernel=f"{rep.kernel} {rep.arch}") for rep in reports]
-    fig = sass_mix(labelled)
-    ax = fig.axes[0]
-    ax.set_xlabel("SASS instructions in the binary")
-    ax.legend(fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.3))
-    fig.set_figheight(fig.get_figheight() + 0.6)
-    fig.tight_layout()
-    show(fig)
+    show(mix_figure(reports))
     return reports
+
+
+def mix_figure(reports, shown: str | None = None):
+    """The instruction mix of one kernel's builds: the L4's target (sm_89) and any other target
+    whose mix differs from it by more than plot.MIX_TOLERANCE, with each class's count; the title
+    names the targets left out, and by how much they differ at most."""
+    from .plot import MIX_TOLERANCE, mix_difference, mix_figure as figure, mix_targets
+
+    drawn, same = mix_targets(reports, shown or by_key(REFERENCE_GPU).arch)
+    ref = drawn[0]
+    if len(drawn) == 1:
+        title = f"{ref.kernel}: SASS instruction classes of its {ref.arch} binary (the {REFERENCE_GPU}'s)"
+    else:
+        title = f"{ref.kernel}: SASS instruction classes, {ref.arch} (the {REFERENCE_GPU}'s) and the targets that differ"
+    if same:
+        worst = max(mix_difference(r, ref) for r in reports if r.arch in same)
+        title += (f"\n{' and '.join(same)}: the same mix, every class within {worst:.1%} of "
+                  f"{ref.arch}'s {sum(ref.sass.values())} instructions (not drawn; tolerance {MIX_TOLERANCE:.0%})")
+    return figure(drawn, [rep.arch for rep in drawn], title)
 
 
 def check(kernel_id: str, quick: bool = True, save: bool = False):

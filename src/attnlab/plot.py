@@ -164,22 +164,101 @@ def roofline(gpu: GpuSpec, points: list[tuple[str, Shape, bool, float]] = (), ce
     return fig or ax.figure
 
 
-def sass_mix(reports, ax=None):
-    """Stacked SASS instruction classes per kernel from static reports (one arch)."""
+# One colour per SASS instruction class (attnlab.static.CLASSES), the same in every figure of the
+# book whatever classes a figure shows: compute in reds and blues, integer and control in browns,
+# memory in greens (global) and oranges (shared), synchronization in pinks, spills in black.
+CLASS_COLORS = {
+    "tensor core": "#d62728",
+    "fp32 math": "#1f77b4",
+    "fp16 math": "#aec7e8",
+    "conversion": "#17becf",
+    "integer & address": "#8c564b",
+    "global load": "#2ca02c",
+    "global store": "#98df8a",
+    "async copy": "#bcbd22",
+    "shared load": "#ff7f0e",
+    "shared store": "#ffbb78",
+    "local (spill)": "#000000",
+    "shuffle": "#9467bd",
+    "barrier": "#e377c2",
+    "convergence": "#f7b6d2",
+    "control flow": "#c49c94",
+    "other": "#c7c7c7",
+}
+
+# Two targets' binaries of one kernel have "the same mix" when no class differs by more than this
+# share of the shown target's instruction count: a sliver of a stacked bar, and what one toolkit's
+# scheduling of address arithmetic moves between targets (the largest differences between sm_80,
+# sm_89 and sm_90 in chapters 1 to 6 are in "integer & address").
+MIX_TOLERANCE = 0.05
+
+
+def mix_difference(rep, ref) -> float:
+    """The largest difference of one class between two static reports, as a share of `ref`'s
+    instruction count (0: the same counts in every class)."""
+    a, b = rep.sass_by_class(), ref.sass_by_class()
+    return max(abs(a[c] - b[c]) for c in b) / max(1, sum(b.values()))
+
+
+def mix_targets(reports, shown: str = "sm_89", tolerance: float = MIX_TOLERANCE):
+    """Which of one kernel's reports (one per target) a mix figure draws: the `shown` target's (the
+    L4's sm_89), then every other whose mix differs from it by more than `tolerance`; and the
+    targets left out because their mix matches it. Returns (drawn reports, left-out arch names)."""
+    ref = next((r for r in reports if r.arch == shown), reports[0])
+    drawn = [ref] + [r for r in reports if r is not ref and mix_difference(r, ref) > tolerance]
+    return drawn, [r.arch for r in reports if r not in drawn]
+
+
+def sass_mix(reports, ax=None, labels=None, counts: bool = False):
+    """Stacked SASS instruction classes, one bar per static report (`labels`, default each report's
+    kernel), every class in its colour of CLASS_COLORS and in the order of attnlab.static.CLASSES;
+    classes with no instruction in any bar are left out of the bars and the legend. `counts`: write
+    each class's count in its segment where the segment is wide enough to hold it."""
+    from .static import CLASSES
+
     fig = None
     if ax is None:
         fig, ax = plt.subplots(figsize=(7, 0.5 * len(reports) + 1.8))
-    classes = [c for c in reports[0].sass_by_class()]
+    names = list(labels) if labels is not None else [r.kernel for r in reports]
+    mixes = [r.sass_by_class() for r in reports]
+    widest = max(sum(m.values()) for m in mixes)
     left = [0] * len(reports)
-    for cls in classes:
-        vals = [r.sass_by_class()[cls] for r in reports]
+    for cls in CLASSES:
+        vals = [m[cls] for m in mixes]
         if not any(vals):
             continue
-        ax.barh([r.kernel for r in reports], vals, left=left, label=cls)
+        ax.barh(names, vals, left=left, label=cls, color=CLASS_COLORS[cls])
+        if counts:
+            dark = cls in ("tensor core", "fp32 math", "integer & address", "global load", "shuffle", "local (spill)")
+            for y, (x0, v) in enumerate(zip(left, vals)):
+                if v >= 0.05 * widest:
+                    ax.text(x0 + v / 2, y, f"{v}", ha="center", va="center", fontsize=7,
+                            color="white" if dark else "black")
         left = [a + b for a, b in zip(left, vals)]
     ax.invert_yaxis()
-    ax.set_xlabel(f"SASS instructions in the binary ({reports[0].arch})")
+    arches = sorted({r.arch for r in reports})
+    ax.set_xlabel(f"SASS instructions in the binary ({', '.join(arches)})")
     ax.legend(fontsize=7, ncol=3, loc="lower right")
     if fig is not None:
         fig.tight_layout()
     return fig or ax.figure
+
+
+def mix_figure(reports, labels, title: str):
+    """sass_mix as a figure of its own, with each class's count in its segment, laid out in inches
+    (title, bars, axis, then the legend four classes a row) so that no part overlaps another."""
+    from .static import CLASSES
+
+    present = [c for c in CLASSES if any(r.sass_by_class()[c] for r in reports)]
+    top, bars, axis, legend = 0.5, 0.42 * len(reports) + 0.2, 0.5, 0.16 * -(-len(present) // 4) + 0.12
+    height = top + bars + axis + legend
+    fig = plt.figure(figsize=(7, height))
+    left = 0.1 if max(len(str(x)) for x in labels) <= 6 else 0.2
+    ax = fig.add_axes((left, (axis + legend) / height, 0.96 - left, bars / height))
+    sass_mix(reports, ax=ax, labels=labels, counts=True)
+    ax.set_xlabel("SASS instructions in the binary", fontsize=9)
+    ax.get_legend().remove()
+    fig.legend(*ax.get_legend_handles_labels(), fontsize=7, ncol=4, loc="lower center",
+               bbox_to_anchor=(0.53, 0.01), frameon=False, handlelength=1.5, columnspacing=1.5)
+    ax.set_title(title, fontsize=8)
+    return fig

@@ -151,17 +151,17 @@ def plot_static_climb(arch: str = "sm_89"):
     cuobjdump, from the build cache), with the instruction count at the right."""
     import matplotlib.pyplot as plt
 
-    from .static import inspect_kernel
+    from .plot import CLASS_COLORS
+    from .static import CLASSES, inspect_kernel
 
     reports = {f"ch{c} {kid}": inspect_kernel(registry.get(kid, arch), arch) for c, kid in chapter_kernels().items()}
     mixes = {label: rep.sass_by_class() for label, rep in reports.items()}
-    classes = [c for c in next(iter(mixes.values())) if any(m[c] for m in mixes.values())]
-    colors = plt.get_cmap("tab20").colors
+    classes = [c for c in CLASSES if any(m[c] for m in mixes.values())]
     fig, ax = plt.subplots(figsize=(7, 0.42 * len(mixes) + 2.2))
     left = [0.0] * len(mixes)
-    for k, cls in enumerate(classes):
+    for cls in classes:  # each class in its colour of every mix figure of the book
         shares = [m[cls] / sum(m.values()) for m in mixes.values()]
-        ax.barh(list(mixes), shares, left=left, label=cls, color=colors[(2 * k) % 20 + (2 * k) // 20])
+        ax.barh(list(mixes), shares, left=left, label=cls, color=CLASS_COLORS[cls])
         left = [a + b for a, b in zip(left, shares)]
     for y, m in enumerate(mixes.values()):
         ax.annotate(f"{sum(m.values())} instructions", (1.0, y), fontsize=7, va="center", xytext=(4, 0),

@@ -20,12 +20,22 @@ from .registry import KernelSpec
 
 ARCHES = ("sm_80", "sm_89", "sm_90")
 
-# Instruction classes a reader cares about, by SASS opcode (before the first dot).
+# Instruction classes a reader cares about, by SASS opcode (before the first dot), in the order the
+# figures stack them (attnlab.plot.CLASS_COLORS gives each its one colour in every figure). A dotted
+# member (HADD2.F32) is matched exactly and wins over its base opcode (HADD2).
 SASS_CLASSES = {
     "tensor core": {"HMMA", "IMMA", "HGMMA"},
     "fp32 math": {"FFMA", "FMUL", "FADD", "FMNMX", "FSETP", "FSEL", "MUFU", "FCHK", "FSWZADD"},
-    "fp16 math": {"HFMA2", "HMUL2", "HADD2", "HMNMX2"},
-    "conversion": {"F2F", "F2FP", "I2F", "F2I", "HADD2.F32"},
+    "fp16 math": {"HFMA2", "HMUL2", "HADD2", "HMNMX2", "HSETP2"},
+    "conversion": {"F2F", "F2FP", "I2F", "I2FP", "F2I", "HADD2.F32"},
+    # integer arithmetic, compares and predicate logic (addresses, loop counters, the bounds guards),
+    # on the vector and the uniform datapath, and register moves: HFMA2.MMA with zero operands is the
+    # compiler's move of a constant, and CS2R ..., SRZ zeroes a register pair
+    "integer & address": {"IMAD", "IADD3", "IADD", "IMUL", "LEA", "LOP3", "LOP", "SHF", "SHL", "SHR",
+                          "ISETP", "IMNMX", "IABS", "VIADD", "VIMNMX", "VIADDMNMX", "POPC", "FLO", "BREV",
+                          "BMSK", "SEL", "PRMT", "MOV", "CS2R", "P2R", "R2P", "PLOP3", "R2UR", "HFMA2.MMA",
+                          "UIMAD", "UIADD3", "ULEA", "ULOP3", "ULOP", "USHF", "UISETP", "USEL", "UMOV",
+                          "UPRMT", "UFLO", "UPOPC", "UBREV", "UPLOP3", "UP2UR"},
     "global load": {"LDG"},
     "global store": {"STG"},
     "async copy": {"LDGSTS", "LDGDEPBAR", "DEPBAR"},
@@ -33,8 +43,15 @@ SASS_CLASSES = {
     "shared store": {"STS"},
     "local (spill)": {"LDL", "STL"},
     "shuffle": {"SHFL"},
-    "barrier": {"BAR", "BSYNC", "BSSY", "WARPSYNC"},
+    # block-level synchronization only: BAR.SYNC (__syncthreads, a named bar.sync) and BAR.ARV
+    "barrier": {"BAR"},
+    # warp convergence, which ptxas inserts around divergent branches and collectives: no thread
+    # of another warp waits on these
+    "convergence": {"BSSY", "BSYNC", "BREAK", "BMOV", "WARPSYNC", "ENDCOLLECTIVE"},
+    "control flow": {"BRA", "BRX", "JMP", "JMX", "CALL", "RET", "EXIT", "YIELD", "KILL", "BPT"},
 }
+# Everything else (NOP padding, S2R/S2UR special-register reads, LDC/ULDC constant loads) is "other".
+CLASSES = (*SASS_CLASSES, "other")
 
 _FUNC = re.compile(r"Function properties for (\S+)")
 _SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -187,8 +204,8 @@ def named_barriers(sass: str) -> list[tuple[str, int, int | None]]:
 
 
 def classify(opcodes: dict[str, int]) -> dict[str, int]:
-    counts = {name: 0 for name in SASS_CLASSES}
-    counts["other"] = 0
+    """Counts per class of CLASSES (every class present, in its order) from opcode counts."""
+    counts = {name: 0 for name in CLASSES}
     exact = {m: name for name, members in SASS_CLASSES.items() for m in members if "." in m}
     for op, n in opcodes.items():
         # An exact dotted match (HADD2.F32: a conversion) wins over the base opcode (HADD2).
