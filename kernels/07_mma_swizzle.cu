@@ -26,8 +26,8 @@
 //            two share an SM. 64-key tiles need Q 16 KB + 2 x (K 16 KB + V 16 KB) = 80 KB: two
 //            fit an A100's 164 KB or an H100's 228 KB per SM, not an L4's 100 KB, where
 //            Q 16 KB + 2 x (K 8 KB + V 8 KB) = 48 KB (+ 1 KB reserved each) lets two in.
-//            FlashAttention-2 also narrows its key tile to 32 at hdim 128 on sm86/sm89, and keeps
-//            64 on sm80 and sm90. The launcher passes the tile of the GPU at hand as
+//            FlashAttention-2 (run_mha_fwd_hdim128) takes 128 x 32 tiles on sm86/sm89 without
+//            the causal mask and 64 x 64 with it, 128 x 64 on sm80 and sm90. The launcher passes the tile of the GPU at hand as
 //            -DATTN07_BLOCK_N_D128=64 (registry._mma07_arch_tiles); the constants below are the
 //            L4's, what this file compiles to on its own.
 //   (Q is BLOCK_M rows: the sizes above are KV_SPLIT = 1's; a split shrinks Q by the split.)
@@ -50,11 +50,11 @@
 // every tile but multiplies only its group's slice of it. After the loop the groups' (m, l, O)
 // of the same rows are merged through shared memory (the K/V stages, free by then) with the
 // online softmax's rescaling: no second kernel and no scratch buffer in global memory. The
-// launcher picks s from the shape and the SM count of the GPU at hand (registry.kv_split_for).
+// launcher picks s from the shape and the SM count of the GPU at hand (registry.choose_kv_split).
 // The price: s times the CTAs re-read K and V (from L2), and the merge (two barriers, one pass
 // over O) per CTA.
 //
-// One barrier per key tile (FlashAttention-2's order): wait for this thread's copies of tile j,
+// One barrier per key tile: wait for this thread's copies of tile j,
 // barrier, then prefetch tile j+STAGES-1 into the stage of tile j-1, then compute on tile j. The
 // barrier is both "tile j has landed for everyone" and "every warp is done with tile j-1", whose
 // stage the prefetch refills, so no second barrier is needed at the end of the body. The copies

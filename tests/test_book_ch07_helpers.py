@@ -1,7 +1,10 @@
 """The helpers chapter 7's page draws on (attnlab.fragments, attnlab.swizzle, attnlab.kernel_view): PTX fragment maps, the swizzle's bank
 model, the occupancy arithmetic, and the target-shape bench in both modes (the GPU's measurement
-replaced by a synthetic record)."""
+replaced by a synthetic record); the lane-map figure's text readable at the book's column width;
+and the committed page pointing only at measurements it shows."""
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -94,3 +97,87 @@ def test_bench_at_on_a_gpu_measures_saves_and_refuses_wrong_output(results, monk
     monkeypatch.setattr(attnlab.bench, "run_bench", wrong)
     with pytest.raises(AssertionError, match="no result"):
         book.bench_at(["07_mma"], targets)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _png_width(data: bytes) -> int:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(data[16:20], "big")  # IHDR: width, then height
+
+
+def test_the_lane_map_reads_at_the_books_column_width():
+    """Every text of the mma.sync lane-map figure (the lane numbers in its cells above all) is at
+    least READABLE_PX CSS px high once the page fits the figure to a COLUMN_PX column: fontsize in
+    points x dpi / 72 x the scale, for the PNG book.show writes. The committed page holds that PNG."""
+    import base64
+    import io
+
+    import matplotlib.pyplot as plt
+    import nbformat
+
+    fig = fragments.mma_fragment_figure()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=book.FIGURE_DPI, metadata={"Software": None})
+    width = _png_width(buf.getvalue())
+    assert abs(width - fig.get_size_inches()[0] * book.FIGURE_DPI) < 1
+    smallest = fragments.smallest_text_px(fig, book.FIGURE_DPI)
+    plt.close(fig)
+    assert smallest >= fragments.READABLE_PX, f"{smallest:.1f} px at a {fragments.COLUMN_PX} px column"
+    # the old figure (10 in wide, 7 pt digits) read at 7 px there: the measure sees it
+    old = plt.figure(figsize=(10, 11))
+    old.text(0.5, 0.5, "31", fontsize=7)
+    assert fragments.smallest_text_px(old, book.FIGURE_DPI) < fragments.READABLE_PX
+    plt.close(old)
+
+    nb = nbformat.read(ROOT / "book" / "ch07_mma_swizzle.ipynb", as_version=4)
+    shown = [out for c in nb.cells if c.cell_type == "code" and "mma_fragment_figure()" in c.source
+             for out in c.outputs if "image/png" in out.get("data", {})]
+    assert len(shown) == 1
+    assert _png_width(base64.b64decode(shown[0]["data"]["image/png"])) == width, "re-execute the page"
+
+
+# Chapter 7's sentences that point at a measurement: a paragraph that names a table, a figure or a
+# "Measurement with it off" lives in a glued paragraph that the page's code writes only where the
+# record it points at exists; without one, the glue says what is true without it.
+POINTERS = ("Measurement with it off", "the table below", "The table below", "Where a record exists", "**Measured.**")
+# the glued paragraphs that must read in both modes (the record's sentence, or one true without it)
+ALWAYS = ("ch07_ablations", "ch07_t1_off", "ch07_noswizzle", "ch07_single", "ch07_t4_off", "ch07_causal_measured",
+          "ch07_two_barriers", "ch07_split_measured", "ch07_cta_measured", "ch07_targets_intro")
+
+
+def _page_glue(nb) -> dict[str, str]:
+    glued = {}
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            name = out.get("metadata", {}).get("scrapbook", {}).get("name")
+            if name:
+                data = out["data"]
+                glued[name] = data.get("application/papermill.record/text/markdown",
+                                       data.get("application/papermill.record/text/plain", ""))
+    return glued
+
+
+def test_chapter_7_points_only_at_what_the_page_shows():
+    import re
+
+    import nbformat
+
+    nb = nbformat.read(ROOT / "book" / "ch07_mma_swizzle.ipynb", as_version=4)
+    prose = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    for phrase in POINTERS:
+        assert phrase not in prose, f"{phrase!r} is typed in the prose: glue it where its target is"
+    glued = _page_glue(nb)
+    blocks = re.findall(r"\{glue:md\} (\w+)", prose)
+    assert set(blocks) <= set(glued), set(blocks) - set(glued)
+    for name in ALWAYS:
+        assert name in blocks and glued[name].strip(), f"{name}: empty, so its section ends on nothing"
+    top = "\n".join(out.get("data", {}).get("text/markdown", "") for out in nb.cells[2].outputs)
+    if "Nothing on this page is measured yet" in top:  # no record: nothing may point at one
+        for name in blocks:
+            for phrase in POINTERS:
+                assert phrase not in glued[name], f"{name} points at a measurement the page lacks: {glued[name]!r}"
+        shown = [out["data"]["text/markdown"] for c in nb.cells if c.cell_type == "code"
+                 for out in c.outputs if "text/markdown" in out.get("data", {})]
+        assert not any("07_mma / floor" in t or "fastest SDPA" in t for t in shown), "a table of times without a record"

@@ -238,7 +238,7 @@ def _expected(D: int, split: int, tiles: dict, n_stages: int) -> dict[str, int]:
         "LDSM.16.M88.4": D // 16 + (D // 16) * (sub_n // 16),                    # Q once, K per tile
         "LDSM.16.MT88.4": (sub_n // 16) * (D // 16),                             # V, transposed
         "LDGSTS.E.BYPASS.128": q_copies + (n_stages - 1) * 2 * kv_copies + 2 * kv_copies,  # prologue; loop K, V
-        "SHFL.BFLY": 4 + 4,                                                      # max and sum, 2 rows x (xor 1, 2)
+        "SHFL.BFLY": 4 + 4,  # 2 rows x (xor 1, 2): the max in the loop, the sum once after it (below)
         # p per score, 2 corrections; the merge: 2 rows x 2 factors per other group
         "MUFU.EX2": (sub_n // 8) * 4 + 2 + 4 * (split - 1),
         "STG.E.128": 16 * D // 8 // 32,                                          # 16-byte output stores
@@ -256,6 +256,28 @@ def test_sass_has_the_promised_instruction_mix(build):
         assert not any(op.startswith(("LDL", "STL")) for op in ops), f"{name}: local memory"
         assert not any(op.startswith("STG") and op != "STG.E.128" for op in ops), f"{name}: narrow stores"
         assert not any(op.split(".")[0] == "LDG" for op in ops), f"{name}: loads that bypass cp.async"
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_the_row_max_is_reduced_per_tile_and_the_row_sum_once(arch):
+    """The key-tile loop (the backward branch around the MMAs, sass_loop.main_loop) holds four quad
+    shuffles: the max of rows g and g+8, xor 1 and xor 2 each. Each lane keeps its own share of the
+    row sum through the loop, so the sum's four shuffles run once, after it (quad_sum in the
+    epilogue; in the partial kernel's too). Every MMA is in the loop, and so is every exp2 but the
+    split merge's."""
+    from attnlab.sass_loop import loop_split
+
+    for kid in ("07_mma", "07_mma_split_ctas"):
+        spec = registry.get(kid, arch)
+        sass, bn = static_build(spec, arch).sass, block_n(spec)
+        names = [n for n in ENTRIES if _runs(n, bn)] if kid == "07_mma" else list(PARTIALS)
+        for name in names:
+            D, split = (ENTRIES[name][:2] if name in ENTRIES else (PARTIALS[name], 1))
+            inside, outside = loop_split(sass, name)
+            assert (inside["SHFL.BFLY"], outside["SHFL.BFLY"]) == (4, 4), f"{name} on {arch}: {inside}, {outside}"
+            assert outside["HMMA.16816.F32"] == 0 and inside["HMMA.16816.F32"] > 0, f"{name} on {arch}"
+            sub_n = bn[D] // split
+            assert (inside["MUFU.EX2"], outside["MUFU.EX2"]) == (sub_n // 2 + 2, 4 * (split - 1)), f"{name} on {arch}"
 
 
 def test_ablations_differ_only_as_intended(build):

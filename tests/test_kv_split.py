@@ -1,6 +1,7 @@
-"""Chapter 7's key split: the launcher's choice (FlashAttention-2's rule over the SMs of the GPU at
-hand) and what each choice launches. The splits' correctness is the CPU suite's and the model's
-(tests/test_executor_kernels.py, tests/test_model_07.py)."""
+"""Chapter 7's key split: the launcher's choice (our rule, in the form of FlashAttention-2's
+num_splits_heuristic but over the SMs of the GPU at hand where FA2 counts two CTA slots per SM),
+FA2's own choice for comparison, and what each choice launches. The splits' correctness is the CPU
+suite's and the model's (tests/test_executor_kernels.py, tests/test_model_07.py)."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -10,8 +11,9 @@ import torch
 
 import attnlab.env
 from attnlab import gpus, registry
-from attnlab.registry import choose_kv_split
+from attnlab.registry import choose_kv_split, cta_split_candidates
 from attnlab.shapes import MISSION, Shape
+from attnlab.split_ctas import fa2_num_splits, fa2_num_splits_heuristic
 
 SPEC = registry.get("07_mma")
 
@@ -23,15 +25,42 @@ def on_gpu(monkeypatch, name: str, sms: int):
                         lambda index: SimpleNamespace(name=name, multi_processor_count=sms))
 
 
-def test_the_rule_is_flashattention2s():
+def test_the_rule_counts_sms():
     ctas = lambda s: 64 * s  # noqa: E731 - the mission shape's grid: 64 CTAs unsplit
-    assert choose_kv_split(ctas, (1, 2, 4), 58) == 1     # 64 >= 0.8 x 58: an L4 is already full
+    assert choose_kv_split(ctas, (1, 2, 4), 58) == 1     # 64 >= 0.8 x 58: every L4 SM holds a CTA
+    assert choose_kv_split(ctas, (1, 2, 4), 2 * 58) == 4  # FA2's count, two slots per SM: 64 < 0.8 x 116
     assert choose_kv_split(ctas, (1, 2, 4), 132) == 2    # 128 / 132 = 0.97 of a wave; 4 is no better
     assert choose_kv_split(ctas, (1, 2, 4), 300) == 4    # 256 / 300 = 0.85 against 128 / 300 = 0.43
     assert choose_kv_split(ctas, (1, 2), 300) == 2       # only the splits the build has
     assert choose_kv_split(lambda s: 3, (1, 2, 4), 132) == 1  # a split that adds no CTA is not taken
     with pytest.raises(ValueError):
         choose_kv_split(ctas, (2, 4), 132)
+
+
+def test_the_rule_has_fa2s_form():
+    """Given the same units and candidates, the rule is FA2's num_splits_heuristic, restated in
+    split_ctas; its own comment's example: 48 CTAs on 108 units take 2 splits (0.89), not 3 (0.67)."""
+    assert fa2_num_splits_heuristic(48, 108, 64) == 2
+    for units in (58, 108, 116, 132, 264):
+        for ctas in (1, 5, 16, 48, 64, 90, 200, 300):
+            for n_blocks in (1, 2, 3, 7, 8, 16, 64, 300):
+                assert choose_kv_split(lambda s, c=ctas: c * s, cta_split_candidates(n_blocks, units), units) == \
+                    fa2_num_splits_heuristic(ctas, units, n_blocks), (units, ctas, n_blocks)
+
+
+def test_fa2s_own_choice_at_the_target_shapes():
+    """FA2 (64-row CTAs, 256-key blocks at D = 64, 2 x SMs): at the mission shape an L4's 64 CTAs are
+    under 80% of its 116 slots, but its 2 key blocks allow only a split of 2, which fills the slots
+    no better (128 / 116: 1.10 waves, the same 0.55 as one split), so it takes 1; an H100 takes 2,
+    as the launcher does. The large shapes fill both GPUs."""
+    l4, h100 = gpus.by_key("L4").sms, gpus.by_key("H100 SXM").sms
+    assert fa2_num_splits(MISSION, l4) == 1 and fa2_num_splits(MISSION, h100) == 2
+    assert fa2_num_splits(MISSION._replace(D=128), h100) == 4   # 128-key blocks: 4 of them
+    for shape in (Shape(4, 16, 4096, 64), Shape(2, 16, 4096, 128)):
+        assert fa2_num_splits(shape, l4) == fa2_num_splits(shape, h100) == 1
+    # the launcher's rule at FA2's count would split the mission shape on the L4, where it does not
+    assert registry.get("07_mma", "sm_89").kv_split(MISSION, 2 * l4) == 4
+    assert registry.get("07_mma", "sm_89").kv_split(MISSION, l4) == 1
 
 
 def test_without_a_gpu_the_launcher_sizes_for_the_l4(monkeypatch):

@@ -1,6 +1,6 @@
 """Which lane holds which element of an `mma.sync.m16n8k16` fragment, from the PTX ISA's formulas,
-and the figure chapter 7 draws of it: A, B, C, and two C blocks repacked as the next MMA's A
-operand (how the kernel keeps P in registers). Pure NumPy and matplotlib.
+and the figures chapter 7 draws of it: A next to two C blocks repacked as the next MMA's A operand
+(how the kernel keeps P in registers), then B and C. Pure NumPy and matplotlib.
 """
 from __future__ import annotations
 
@@ -41,53 +41,85 @@ def accumulator_pair_as_a() -> tuple:
     return rows, cols, regs
 
 
-def mma_fragment_figure():
-    """Four maps of lane ownership, each cell labelled with the lane that holds it and coloured by
-    the register: A, B and C of m16n8k16, and two C blocks side by side packed as the kernel packs
-    P, which must read exactly like A."""
+# The book's text column is 700 to 800 CSS px wide and shows a figure scaled down to it when the
+# figure is wider (never up): a figure is drawn for the narrowest, and its smallest text must read at
+# READABLE_PX or more there (tests/test_book_ch07_helpers.py).
+COLUMN_PX = 700
+READABLE_PX = 11.0
+
+_REGISTER_NAMES = {"a": [f"{{a{2 * k},a{2 * k + 1}}}" for k in range(4)],
+                   "b": [f"{{b{2 * k},b{2 * k + 1}}}" for k in range(2)],
+                   "c": [f"c{k}" for k in range(4)], "pa": [f"pa[{k}]" for k in range(4)]}
+_FONT_PT = 8.5      # cell labels, ticks, legend: 13 px at the book's 110 dpi
+_CELL_IN = 0.22     # one matrix element: 24 px wide, room for two digits at _FONT_PT
+_CELL_H_IN = 0.17   # and 19 px high
+
+
+def _lane_panel(ax, title: str, axis_labels: tuple[str, str], rows, cols, regs, reg_name: str) -> None:
+    """One map of lane ownership: each cell labelled with the lane that holds it, coloured by the
+    register (asserting that the map covers every element exactly once)."""
     import matplotlib.pyplot as plt
     import numpy as np
     from matplotlib.patches import Patch
 
-    maps = mma_m16n8k16_maps()
-    panels = [("A (16x16, row): Q, or P", ("m", "k"), maps["A"], "a"),
-              ("two C blocks of S packed as P\n(the A operand of O += P V)", ("m", "k"),
-               accumulator_pair_as_a(), "pa"),
-              ("B (16x8, col): K^T, or V", ("k", "n"), maps["B"], "b"),
-              ("C/D (16x8, fp32): S, or O", ("m", "n"), maps["C"], "c")]
     colors = plt.get_cmap("Pastel1").colors
-    fig = plt.figure(figsize=(10, 11))
-    grid = fig.add_gridspec(2, 4)
-    axes = [fig.add_subplot(grid[0, 0:2]), fig.add_subplot(grid[0, 2:4]),
-            fig.add_subplot(grid[1, 0]), fig.add_subplot(grid[1, 2])]
-    for ax, (title, (ylab, xlab), (rows, cols, regs), reg_name) in zip(axes, panels):
-        nr, nc = int(rows.max()) + 1, int(cols.max()) + 1
-        lane_at = np.full((nr, nc), -1)
-        reg_at = np.full((nr, nc), -1)
-        for lane in range(32):
-            for e in range(rows.shape[1]):
-                r, c = rows[lane, e], cols[lane, e]
-                assert lane_at[r, c] == -1, f"{title}: ({r}, {c}) held twice"
-                lane_at[r, c], reg_at[r, c] = lane, regs[lane, e]
-        assert (lane_at >= 0).all(), f"{title}: a cell nobody holds"
-        img = np.array([[colors[reg_at[r, c]] for c in range(nc)] for r in range(nr)])
-        ax.imshow(img, aspect="equal")
-        for r in range(nr):
-            for c in range(nc):
-                ax.text(c, r, str(lane_at[r, c]), ha="center", va="center", fontsize=7)
-        ax.set_xticks(range(nc), [str(c) for c in range(nc)], fontsize=6)
-        ax.set_yticks(range(nr), [str(r) for r in range(nr)], fontsize=6)
-        ax.set_title(title, fontsize=9)
-        ax.set_xlabel(xlab)
-        ax.set_ylabel(ylab)
-        n_regs = int(regs.max()) + 1
-        names = {"a": [f"{{a{2 * k},a{2 * k + 1}}}" for k in range(4)],
-                 "b": [f"{{b{2 * k},b{2 * k + 1}}}" for k in range(2)],
-                 "c": [f"c{k}" for k in range(4)], "pa": [f"pa[{k}]" for k in range(4)]}[reg_name]
-        handles = [Patch(color=colors[k], label=names[k]) for k in range(n_regs)]
-        ax.legend(handles=handles, fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.1),
-                  frameon=False, handlelength=1, columnspacing=0.8)
-    fig.suptitle("mma.sync.m16n8k16: the lane (0-31) that holds each element; colour = the 32-bit register "
-                 "(A, B and P: two fp16 per register)", fontsize=10)
+    nr, nc = int(rows.max()) + 1, int(cols.max()) + 1
+    lane_at = np.full((nr, nc), -1)
+    reg_at = np.full((nr, nc), -1)
+    for lane in range(32):
+        for e in range(rows.shape[1]):
+            r, c = rows[lane, e], cols[lane, e]
+            assert lane_at[r, c] == -1, f"{title}: ({r}, {c}) held twice"
+            lane_at[r, c], reg_at[r, c] = lane, regs[lane, e]
+    assert (lane_at >= 0).all(), f"{title}: a cell nobody holds"
+    ax.imshow(np.array([[colors[reg_at[r, c]] for c in range(nc)] for r in range(nr)]), aspect="auto")
+    for r in range(nr):
+        for c in range(nc):
+            ax.text(c, r, str(lane_at[r, c]), ha="center", va="center", fontsize=_FONT_PT)
+    ax.set_xticks(range(0, nc, 2), [str(c) for c in range(0, nc, 2)], fontsize=_FONT_PT)
+    ax.set_yticks(range(0, nr, 2), [str(r) for r in range(0, nr, 2)], fontsize=_FONT_PT)
+    ax.tick_params(length=2, pad=1)
+    ax.set_title(title, fontsize=_FONT_PT + 0.5)
+    ax.set_ylabel(axis_labels[0], fontsize=_FONT_PT, labelpad=1)
+    ax.set_xlabel(axis_labels[1], fontsize=_FONT_PT, labelpad=1)
+    n_regs = int(regs.max()) + 1
+    handles = [Patch(color=colors[k], label=_REGISTER_NAMES[reg_name][k]) for k in range(n_regs)]
+    ax.legend(handles=handles, fontsize=_FONT_PT, ncol=4 if n_regs == 4 and nc > 8 else 2, loc="upper center",
+              bbox_to_anchor=(0.5, -0.1), frameon=False, handlelength=1, columnspacing=0.8, borderaxespad=0)
+
+
+def mma_fragment_figure():
+    """Four maps of lane ownership in mma.sync.m16n8k16, each cell labelled with the lane that
+    holds it and coloured by the 32-bit register, sized to read at the book's column width: A above
+    two C blocks of S packed as the kernel packs P (which must read exactly like A), B above C/D
+    (the block P is packed from)."""
+    import matplotlib.pyplot as plt
+
+    maps = mma_m16n8k16_maps()
+    grid = [[("A (16x16, row): Q, or P", ("m", "k"), maps["A"], "a"),
+             ("B (16x8, col): K^T or V", ("k", "n"), maps["B"], "b")],
+            [("two C blocks of S, packed as P", ("m", "k"), accumulator_pair_as_a(), "pa"),
+             ("C/D (16x8, fp32): S or O", ("m", "n"), maps["C"], "c")]]
+    widths = [int(panel[2][1].max()) + 1 for panel in grid[0]]      # 16 and 8 columns
+    rows = sum(int(row[0][2][0].max()) + 1 for row in grid)          # 16 + 16 rows
+    fig, axes = plt.subplots(2, 2, figsize=(_CELL_IN * sum(widths) + 1.0, _CELL_H_IN * rows + 2.6),
+                             gridspec_kw={"width_ratios": widths})
+    for ax_row, row in zip(axes, grid):
+        for ax, (title, labels, (r, c, regs), reg_name) in zip(ax_row, row):
+            _lane_panel(ax, title, labels, r, c, regs, reg_name)
+    fig.suptitle("mma.sync.m16n8k16: the lane (0-31) that holds each element;\n"
+                 "colour = its 32-bit register (A, B and P: two fp16 per register)", fontsize=_FONT_PT + 0.5)
     fig.tight_layout()
     return fig
+
+
+def smallest_text_px(fig, dpi: float, column_px: float = COLUMN_PX) -> float:
+    """The smallest visible text of `fig`, in CSS px as the book shows it: fontsize in points at
+    `dpi`, times the scale of a PNG of the figure at `dpi` fitted to a `column_px` column (never
+    enlarged)."""
+    from matplotlib.text import Text
+
+    width_px = fig.get_size_inches()[0] * dpi
+    scale = min(1.0, column_px / width_px)
+    sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    return min(sizes) * dpi / 72 * scale

@@ -480,16 +480,26 @@ _MMA07_REGISTERS = {64: 160, 128: 232}
 # where its slice of the key tile is whole 16-key MMA steps: 4 at D = 128 needs the 64-key tile.
 _MMA07_SPLIT_ENTRIES = {2: (64, 128), 4: (64, 128)}
 
-# The launcher's choice of key split: FlashAttention-2's num_splits_heuristic, applied to the warp
-# groups of one CTA. No split while the grid already covers SPLIT_FILL of the SMs; otherwise the
-# smallest split whose wave efficiency (CTAs / SMs over its ceiling) is within SPLIT_EFFICIENCY of
-# the best split's.
+# The launcher's choice of key split. The rule is ours, in the form of FlashAttention-2's
+# num_splits_heuristic (csrc/flash_attn/flash_api.cpp): no split while the unsplit grid already
+# covers SPLIT_FILL of the units it counts; otherwise the smallest split whose wave efficiency
+# (CTAs / units over its ceiling) is within SPLIT_EFFICIENCY of the best split's. It differs from
+# FA2's in the units: FA2 passes 2 x the SM count ("we're using 128 threads per block": two of its
+# CTAs share an SM) and so fills CTA slots; the launcher passes the SM count and fills SMs, though
+# two of our CTAs share an SM too. A split has a price an unsplit grid does not pay: inside the CTA,
+# s times the CTAs each copy every K/V tile of their head (s times the L2-to-SM traffic); across
+# CTAs, fp32 partials written, read back and merged by a second kernel. The rule pays it only for
+# SMs that would otherwise hold no CTA, and leaves an SM's second CTA slot to latency hiding.
+# kv_split(shape, 2 x SMs) is this rule at FA2's count; split_ctas.fa2_num_splits is FA2's own
+# choice, with its own tiles; the fixed-split builds (07_mma_split2, 07_mma_split4) measure the
+# splits the rule leaves out.
 SPLIT_FILL = 0.8
 SPLIT_EFFICIENCY = 0.85
 
 
 def choose_kv_split(ctas_at, splits, sms: int) -> int:
-    """The key split for a grid of ctas_at(s) CTAs at split s, among `splits`, on `sms` SMs."""
+    """The key split for a grid of ctas_at(s) CTAs at split s, among `splits`, on `sms` units (the
+    launcher passes the SM count; FA2 would pass 2 x it)."""
     if 1 not in splits:
         raise ValueError(f"splits {splits} must hold 1")
     if ctas_at(1) >= SPLIT_FILL * sms:
@@ -499,15 +509,18 @@ def choose_kv_split(ctas_at, splits, sms: int) -> int:
     return min(s for s in splits if efficiency[s] >= SPLIT_EFFICIENCY * best)
 
 
-# FlashAttention-2's split across CTAs (the ablation 07_mma_split_ctas) takes its split from the
-# same rule, over FA2's candidates: 1 .. min(128, SMs, key tiles), skipping a split that gives each
-# CTA as many key tiles as one split fewer does (FA2's is_split_eligible).
+# FlashAttention-2's route (the ablation 07_mma_split_ctas) takes its split from the same rule, over
+# candidates formed the way FA2 forms its own: 1 .. min(128, units counted, key tiles), skipping a
+# split that gives each CTA as many key tiles as one split fewer does (FA2's is_split_eligible).
+# The key tiles are this kernel's (64 or 32 keys), not those of FA2's split kernel (256 keys at
+# head dim 64, 128 at 128), and the units are the rule's (SMs, where FA2 counts 2 x SMs).
 SPLIT_CTAS_MAX = 128
 COMBINE_THREADS = 128  # COMBINE_THREADS in kernels/07_mma_swizzle.cu: attn_combine_07's block
 
 
 def cta_split_candidates(n_tiles: int, sms: int) -> tuple[int, ...]:
-    """The splits across CTAs FlashAttention-2 weighs for `n_tiles` key tiles on `sms` SMs."""
+    """The splits across CTAs weighed for `n_tiles` key tiles on `sms` units, as FlashAttention-2
+    forms its candidates."""
     top = max(1, min(SPLIT_CTAS_MAX, sms, n_tiles))
     return tuple(s for s in range(1, top + 1) if s == 1 or _cdiv(n_tiles, s) != _cdiv(n_tiles, s - 1))
 
