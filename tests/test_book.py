@@ -428,24 +428,35 @@ def probe_page(browser: str, html: Path, tmp_path: Path) -> dict:
 
 
 def test_probe_sees_what_the_page_test_looks_for(tmp_path):
-    """The probe itself: a line that runs past its block, a figure that does not load and a
-    question below the first screen are all seen."""
+    """The probe itself: a line that runs past its block, a table cell that breaks inside a word,
+    a table wider than its column, a figure that does not load and a question below the first
+    screen are all seen; words a cell wraps between, or after a hyphen, are not broken."""
     browser = require_browser()
     page = tmp_path / "page.html"
+    squeezed = 'style="overflow-wrap: anywhere; width: 3em"'
     page.write_text('<html><body><article class="bd-article">'
                     '<pre style="white-space: pre; overflow-x: auto; width: 300px">' + "x" * 400 + "</pre>"
+                    f'<table style="width: 4em"><tr><th {squeezed}>short name</th><td {squeezed}>LDGSTS</td>'
+                    f'<td style="width: 3em">a b c d-e</td><td style="width: 2.5em">p10-p90</td></tr></table>'
+                    '<div style="overflow-x: auto; width: 200px"><table><tr>'
+                    '<td style="white-space: nowrap">' + "wide " * 80 + "</td></tr></table></div>"
                     '<img src="missing.png"><div style="height: 1500px"></div>'
                     '<div class="admonition question">Question. Prediction.</div></article></body></html>')
     seen = probe_page(browser, page, tmp_path)
-    assert seen["clipped"] and seen["clipped"][0].startswith("pre")
+    assert len(seen["clipped"]) == 1 and seen["clipped"][0].startswith("pre")
+    assert len(seen["wide_tables"]) == 1 and seen["wide_tables"][0].startswith("div"), seen["wide_tables"]
+    broken = {b["cell"]: b["words"] for b in seen["broken_words"]}
+    assert set(broken) == {"short name", "LDGSTS"}, broken
+    assert broken["LDGSTS"] == ["LDGSTS"] and "short" in broken["short name"]
     assert seen["images"] == [{"src": "missing.png", "loaded": False}]
     assert seen["question"]["top"] > READER_WINDOW[1]
 
 
 def test_pages_read_at_reader_width(built, tmp_path):
-    """Every page of the book at 1,200 px: no code, output or table clipped or scrolling sideways,
-    every figure loaded, no word of a brief; each chapter's first screen holds its question and its
-    prediction."""
+    """Every page of the book at 1,200 px: no code or output clipped or scrolling sideways, no
+    table cell broken inside a word (a table wider than the column scrolls inside its wrapper
+    instead, never the page), every figure loaded, no word of a brief; each chapter's first screen
+    holds its question and its prediction."""
     browser = require_browser()
     problems = []
     for page in run_book.toc_files():
@@ -454,6 +465,8 @@ def test_pages_read_at_reader_width(built, tmp_path):
         if seen["page_wider_than_window"]:
             problems.append(f"{name}: the page is wider than the window")
         problems += [f"{name}: clipped {c}" for c in seen["clipped"]]
+        problems += [f"{name}: a cell of the table headed {b['table']!r} breaks inside "
+                     f"{', '.join(map(repr, b['words']))}: {b['cell']!r}" for b in seen["broken_words"]]
         problems += [f"{name}: figure {i['src']} did not load" for i in seen["images"] if not i["loaded"]]
         if re.search(r"\bbriefs?\b", seen["text"], re.I):
             problems.append(f"{name}: speaks of a brief")
