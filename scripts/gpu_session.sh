@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One stage (or several) of a GPU session, on a GPU machine with no network (book/running.md).
+# One stage (or several) of a GPU session, on a GPU machine with no network (scripts/README.md).
 #
 #   bash scripts/gpu_session.sh --list            # the stages, what each does, predicted minutes
 #   bash scripts/gpu_session.sh check             # run one stage; its archive lands in $OUT

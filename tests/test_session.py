@@ -230,13 +230,26 @@ def test_prepare_on_a_gpu_builds_for_the_gpus_target(tmp_path, monkeypatch):
     assert asked == ["sm_90"] and any("0 of 0 builds" in n for n in notes), notes
 
 
-def test_running_pages_stage_table_gives_the_minutes_list_predicts():
-    """book/running.md quotes `gpu_session.sh --list`: a change to stages, kernels or the searched
-    space that moves a prediction must move the page too."""
-    page = (ROOT / "book" / "running.md").read_text()
+def test_scripts_readme_stage_table_gives_the_minutes_list_predicts():
+    """scripts/README.md quotes `gpu_session.sh --list`: a change to stages, kernels or the searched
+    space that moves a prediction must move the table too, and it lists every stage, no other."""
+    page = (ROOT / "scripts" / "README.md").read_text()
     for stage in session.STAGES:
         found, worst = session.build_seconds(stage.name)
         row = f"| `{stage.name}` | ~{stage.minutes:g} | {found:.0f} s ({worst:.0f} s) |"
         assert row in page, row
+    rows = re.findall(r"^\| `(\w+)` \| ~[\d.]+ \|", page, re.M)
+    assert rows == [s.name for s in session.STAGES], rows
     assert f"predicts for an H100, {sum(s.minutes for s in session.STAGES):.1f} in all" in page
     assert f"({sum(s.worst_minutes for s in session.STAGES):.1f} minutes in all)" in page
+    for stage in session.STAGES:  # the order of commands names each stage once
+        assert page.count(f"`bash scripts/gpu_session.sh {stage.name}`") == 1, stage.name
+
+
+def test_the_books_running_page_leaves_the_staged_session_to_scripts_readme():
+    """The reader's page tells how to run the book on one's own GPU; the staged session's
+    mechanics live in scripts/README.md, which the page names."""
+    page = (ROOT / "book" / "running.md").read_text()
+    for word in (r"\$OUT", r"\bcarry\b", r"\.whl\b", r"\bimport-evidence\b", r"\brehears", r"\blease"):
+        assert not re.search(word, page), word
+    assert "scripts/README.md" in page and (ROOT / "scripts" / "README.md").is_file()
