@@ -3,10 +3,13 @@ kernel named in their metadata) and mask numbers with units (book/nbval_sanitize
 bare command and the explicit one below behave the same:
 
     pytest --nbval --nbval-current-env --nbval-sanitize-with book/nbval_sanitize.cfg book/
+
+It sits at the repository root, pytest's rootdir (pyproject.toml), so that pytest loads it for any
+path under the repository while book/ holds only the book's pages.
 """
 from pathlib import Path
 
-SANITIZE = Path(__file__).with_name("nbval_sanitize.cfg")
+SANITIZE = Path(__file__).resolve().parent / "book" / "nbval_sanitize.cfg"
 
 
 def pytest_configure(config):
