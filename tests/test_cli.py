@@ -118,6 +118,13 @@ def test_search_refuses_a_kernel_without_knobs(capsys):
     (["profile", "07_mma", "--shape", "1", "8", "512", "96"], "07_mma supports head dim D in 64, 128; got D=96"),
     (["search", "--shape", "1", "8", "512", "96"], "07_mma supports head dim D in 64, 128; got D=96"),
     (["bench", "--shape", "70000", "1", "64", "64"], "B*H = 70000 exceeds 65535"),
+    (["check", "--shape", "1", "0", "512", "64"], "argument --shape: '0' is not a positive integer"),
+    (["check", "--shape", "1", "8", "512", "256"], "no kernel supports head dim D=256"),
+    (["check", "07_mma", "--shape", "1", "8", "512", "96"], "07_mma supports head dim D in 64, 128; got D=96"),
+    (["check", "--cpu", "07_mma", "--shape", "1", "8", "512", "96"], "07_mma supports head dim D in 64, 128; got D=96"),
+    (["check", "--cpu", "07_mma@sm_90", "--shape", "1", "2", "65", "96"],
+     "07_mma supports head dim D in 64, 128; got D=96"),
+    (["check", "--cpu", "--shape", "70000", "1", "64", "64"], "B*H = 70000 exceeds 65535"),
 ])
 def test_a_shape_the_kernels_cannot_take_is_refused_before_any_gpu_check(capsys, args, says):
     line = refusal(*cli(capsys, *args)[::2])
@@ -143,7 +150,8 @@ def test_bench_of_named_kernels_at_several_shapes_leaves_out_what_a_kernel_canno
     assert status == 2 and refused.startswith("attnlab bench: no CUDA GPU here")
 
 
-@pytest.mark.parametrize("cmd", [["inspect", "01_scalar"], ["search", "--static"], ["prebuild"]])
+@pytest.mark.parametrize("cmd", [["inspect", "01_scalar"], ["search", "--static"], ["prebuild"],
+                                 ["check", "--cpu", "07_mma"]])
 def test_junk_arch_is_refused(capsys, cmd):
     line = refusal(*cli(capsys, *cmd, "--arch", "foo")[::2])
     assert "argument --arch: 'foo' is not a GPU target like sm_80" in line
@@ -175,8 +183,166 @@ def test_search_without_gpu_shows_the_static_space_and_succeeds():
     out = run("search", "07_mma", "--shape", "1", "8", "512", "64")
     assert out.returncode == 0, out.stderr
     assert "07_mma at D=64 on sm_89" in out.stdout
-    (line,) = [line for line in out.stderr.splitlines() if line.strip()]
+    # the one line of the refusal to measure, and the static space's progress bar
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    (line,) = [line for line in lines if not line.startswith("static 07_mma D=64:")]
     assert "nothing is measured" in line
+    assert any(bar.startswith("static 07_mma D=64: 100%") for bar in lines), out.stderr
+
+
+@pytest.mark.parametrize("json_out", [False, True])
+def test_static_search_shows_its_progress_unless_asked_for_json(capsys, monkeypatch, json_out):
+    """A cold cache is minutes of nvcc: the bar goes to stderr whether or not it is a terminal
+    (pytest's capture is none), as inspect's does; --json keeps stderr quiet, as inspect's does."""
+    from attnlab import search
+
+    asked = []
+
+    def static_space(kid, D, arch, progress=False):
+        asked.append(progress)
+        return []
+    monkeypatch.setattr(search, "static_space", static_space)
+    status, _, _ = cli(capsys, "search", "--static", *(["--json"] if json_out else []))
+    assert status == 0 and asked == [not json_out]
+
+
+# --- check: without a GPU, --cpu; --shape; a target's tiles ----------------------------------
+
+@pytest.mark.skipif(has_gpu(), reason="this case is about a machine without a GPU")
+def test_check_without_gpu_points_to_the_cpu_run_of_the_same_kernels(capsys):
+    line = refusal(*cli(capsys, "check", "07_mma")[::2])
+    assert line.startswith("attnlab check: no CUDA GPU here") and "never fakes" in line
+    assert "`python -m attnlab check 07_mma --cpu` runs the same kernels here" in line
+    line = refusal(*cli(capsys, "check", "04_cublas_hybrid", "--quick", "--shape", "1", "2", "300", "64")[::2])
+    assert "`python -m attnlab check 04_cublas_hybrid --cpu --quick --shape 1 2 300 64`" in line
+    line = refusal(*cli(capsys, "sanitize", "07_mma")[::2])
+    assert "check --cpu" in line and "races" in line
+
+
+def test_help_says_check_runs_here_with_cpu():
+    from attnlab.cli import _parser
+
+    top = " ".join(_parser().format_help().split())
+    assert "check the correctness suite on a GPU (writes a record); with --cpu, here on attnlab's CPU executor " \
+           "(no GPU needed)" in top
+    out = run("check", "--help")
+    assert out.returncode == 0 and "--arch" in out.stdout and "--shape B H L D" in out.stdout
+    assert "07_mma@sm_90" in out.stdout
+
+
+@pytest.mark.parametrize("args, says", [
+    (["check", "07_mma@sm_90"], "07_mma@sm_90: a target's tiles are checked on the CPU executor (add --cpu)"),
+    (["check", "07_mma", "--arch", "sm_90"], "--arch sm_90 goes with --cpu"),
+    (["check", "--cpu", "07_mma", "--probe"], "--probe is a GPU session's crash probe"),
+    (["check", "--cpu", "07_mma@sm_100"], "07_mma@sm_100: no tiles table for sm_100"),
+    (["check", "--cpu", "07_mma", "--arch", "sm_90a"], "--arch sm_90a: no tiles table for sm_90a"),
+    (["check", "--cpu", "07_mma@sm90"], "07_mma@sm90: 'sm90' is not a GPU target like sm_80"),
+    (["check", "--cpu", "07_mmx@sm_90"], "unknown kernel '07_mmx'; did you mean '07_mma'?"),
+])
+def test_check_refuses_what_it_cannot_do_in_one_line_before_any_build(capsys, monkeypatch, args, says):
+    from attnlab import cpu
+
+    def never(*a, **k):
+        raise AssertionError("ran a case")
+    monkeypatch.setattr(cpu, "run_suite_cpu", never)
+    line = refusal(*cli(capsys, *args)[::2])
+    assert line.startswith("attnlab check: ") and says in line
+
+
+def _spy_cpu_suite(monkeypatch):
+    """check --cpu with run_suite_cpu recording what it was asked to run (and running nothing)."""
+    from attnlab import cpu
+
+    calls = []
+
+    def run_suite_cpu(specs, shapes=None, seeds=(0,), progress=True, labels=None):
+        calls.append({"specs": list(specs), "shapes": shapes, "seeds": tuple(seeds), "labels": list(labels)})
+        return []
+    monkeypatch.setattr(cpu, "run_suite_cpu", run_suite_cpu)
+    return calls
+
+
+def test_check_cpu_builds_each_kernel_for_its_target_and_names_it(capsys, monkeypatch):
+    from attnlab.gpus import arch_at_hand
+
+    calls = _spy_cpu_suite(monkeypatch)
+    assert cli(capsys, "check", "--cpu", "07_mma@sm_90", "07_mma", "01_scalar", "--arch", "sm_80")[0] == 0
+    (call,) = calls
+    assert call["labels"] == ["07_mma@sm_90", "07_mma@sm_80", "01_scalar"]
+    h100, a100, scalar = call["specs"]
+    assert h100.config["ATTN07_STAGES_D64"] == 3 and h100.config["ATTN07_BLOCK_N_D128"] == 64  # the H100's
+    assert a100.config["ATTN07_STAGES_D64"] == 2 and a100.config["ATTN07_BLOCK_N_D128"] == 64  # the A100's
+    assert scalar.id == "01_scalar" and call["shapes"] is None  # None: each kernel's cpu_shapes
+    calls.clear()
+    assert cli(capsys, "check", "--cpu", "07_mma", "--quick")[0] == 0
+    assert calls[0]["labels"] == [f"07_mma@{arch_at_hand()[0]}"] and calls[0]["seeds"] == (0,)
+    calls.clear()
+    assert cli(capsys, "check", "--cpu", "07_mma@sm_89", "07_mma", "--arch", "sm_89")[0] == 0
+    assert calls[0]["labels"] == ["07_mma@sm_89"]  # the same build named twice runs once
+
+
+def test_check_cpu_runs_exactly_the_shapes_asked_for(capsys, monkeypatch):
+    from attnlab.shapes import Shape
+
+    calls = _spy_cpu_suite(monkeypatch)
+    status, _, err = cli(capsys, "check", "--cpu", "04_cublas_hybrid", "--shape", "1", "2", "300", "64",
+                         "--shape", "1", "2", "300", "64", "--shape", "1", "1", "513", "40")
+    assert status == 0 and err == ""
+    assert calls[0]["shapes"] == [Shape(1, 2, 300, 64), Shape(1, 1, 513, 40)]
+    # a shape large for the CPU executor runs, with a note that it takes a while
+    status, _, err = cli(capsys, "check", "--cpu", "01_scalar", "--shape", "2", "8", "2048", "64")
+    assert status == 0 and err.startswith("note: (2, 8, 2048, 64) is large for the CPU executor")
+
+
+def test_check_on_a_gpu_runs_the_shapes_asked_for_and_records_only_the_suite(capsys, monkeypatch):
+    """The GPU path, its GPU and its suite stood in for: --shape replaces the suite's shapes (and
+    the probe's), and a check at chosen shapes writes no record."""
+    import attnlab.gpus
+    from attnlab import check, env, results
+    from attnlab.shapes import PROBE_SHAPES, Shape
+
+    asked = []
+    monkeypatch.setattr(env, "has_gpu", lambda: True)
+    monkeypatch.setattr(attnlab.gpus, "arch_at_hand", lambda: ("sm_89", "the L4's"))
+    monkeypatch.setattr(check, "run_suite", lambda specs, shapes=None, seeds=(), progress=True:
+                        asked.append((shapes, tuple(seeds))) or [])
+
+    def never(*a, **k):
+        raise AssertionError("wrote a record")
+    monkeypatch.setattr(results, "write_record", never)
+    status, out, _ = cli(capsys, "check", "07_mma", "--shape", "1", "2", "300", "64")
+    assert status == 0 and asked[-1] == ([Shape(1, 2, 300, 64)], check.CHECK_SEEDS)
+    assert "record: none" in out
+    status, out, _ = cli(capsys, "check", "07_mma", "--probe", "--no-record")
+    assert status == 0 and asked[-1] == (PROBE_SHAPES, check.CHECK_SEEDS[:1]) and "record" not in out
+
+
+def test_check_cpu_at_a_shape_past_the_softmax_step_passes_and_says_which_build(capsys):
+    """The real run: chapter 4 at a row of 300 (two 256-column warp steps), and chapter 7 with the
+    H100's tiles, each row labelled with the kernel (and the target, where the tiles follow it)."""
+    status, out, _ = cli(capsys, "check", "--cpu", "--quick", "04_cublas_hybrid", "07_mma@sm_90",
+                         "--shape", "1", "1", "300", "64")
+    assert status == 0, out
+    rows = [line.split()[0] for line in out.splitlines()[1:-1]]
+    assert rows == ["04_cublas_hybrid"] * 2 + ["07_mma@sm_90"] * 2, out
+    assert "(1, 1, 300, 64)" in out and "4/4 cases passed on the CPU executor" in out
+
+
+def test_inspect_counts_each_function_s_own_sass():
+    """One row per function, its own SASS: chapter 7's entries differ, and sum to the id's total."""
+    from collections import Counter
+
+    out = run("inspect", "07_mma", "--arch", "sm_89", "--json")
+    assert out.returncode == 0, out.stderr
+    (rep,) = json.loads(out.stdout)
+    totals = [sum(f["sass"].values()) for f in rep["functions"]]
+    assert len(totals) >= 4 and len(set(totals)) > 1
+    assert sum((Counter(f["sass"]) for f in rep["functions"]), Counter()) == Counter(rep["sass"])
+    assert all(f["sass_by_class"]["tensor core"] > 0 for f in rep["functions"])
+    table = run("inspect", "07_mma", "--arch", "sm_89")
+    header, *rows = table.stdout.splitlines()
+    col = header.split().index("SASS") - 1  # the header's "dyn smem" is two words, a row's one number
+    assert sorted(int(r.split()[col]) for r in rows) == sorted(totals), table.stdout
 
 
 def test_import_evidence_of_a_missing_file_is_one_line(capsys, tmp_path):

@@ -111,7 +111,7 @@ def cmd_inspect(args) -> int:
 
     from . import toolchain
     from .compile import KernelBuildError
-    from .static import inspect_kernel
+    from .static import build, classify, inspect_kernel, opcode_counts
 
     specs = _kernels(args.kernels)
     # Both tools up front: without one, a single line (ToolMissing, in main), not one failure per build.
@@ -121,25 +121,37 @@ def cmd_inspect(args) -> int:
     work = [(registry.get(s.id, a), a) for s in specs for a in args.arch]
 
     def one(job):
+        """The id's report on the target, and the SASS opcode counts of each of its functions (the
+        report's own counts are over all of them; the build is in this process's cache by now)."""
         try:
-            return inspect_kernel(*job)
+            rep = inspect_kernel(*job)
         except KernelBuildError as exc:
-            return exc
+            return exc, None
+        sass = build(*job).sass
+        return rep, {f.name: opcode_counts(sass, [f.name]) for f in rep.functions}
 
-    reports, failures = [], []
+    reports, per_function, failures = [], [], []
     # nvcc runs in subprocesses: one build per core on a cold cache; a warm one compiles nothing.
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        for (spec, _), rep in zip(work, tqdm(pool.map(one, work), total=len(work), desc="nvcc", unit="build",
-                                             disable=args.json)):
+        for (spec, _), (rep, by_fn) in zip(work, tqdm(pool.map(one, work), total=len(work), desc="nvcc",
+                                                      unit="build", disable=args.json)):
             if isinstance(rep, KernelBuildError):
                 failures.append(str(rep))
                 continue
             reports.append(rep)
+            per_function.append(by_fn)
             failures += [f"{spec.id}: {p}" for p in rep.problems]
     if args.json:
-        print(json.dumps([r.to_dict() for r in reports], indent=1))
+        out = []
+        for rep, by_fn in zip(reports, per_function):
+            d = rep.to_dict()
+            for f in d["functions"]:
+                f["sass"] = dict(sorted(by_fn[f["name"]].items()))
+                f["sass_by_class"] = classify(by_fn[f["name"]])
+            out.append(d)
+        print(json.dumps(out, indent=1))
     else:
-        print(inspect_table(reports))
+        print(inspect_table(reports, per_function))
     for f in failures:
         print(f"FAIL {f}", file=sys.stderr)
     if failures:
@@ -148,43 +160,135 @@ def cmd_inspect(args) -> int:
     return 0
 
 
-def inspect_table(reports) -> str:
+# inspect's SASS columns: a header and the instruction classes (attnlab.static.SASS_CLASSES) it sums.
+SASS_COLUMNS = (("tensor", ("tensor core",)), ("fp32", ("fp32 math",)), ("lds", ("shared load",)),
+                ("sts", ("shared store",)), ("ldg", ("global load",)), ("cp.async", ("async copy",)),
+                ("bar", ("barrier",)))
+
+
+def inspect_table(reports, per_function=None) -> str:
     """One row per function, target and registry id that launches it (a source shared by several
-    ids shows each id's own entries, with the dynamic shared memory of that id's launches); the SASS
-    columns count the id's functions on that target."""
+    ids shows each id's own entries, with the dynamic shared memory of that id's launches). The SASS
+    columns count that function's own instructions (`per_function`: one {function: opcode counts}
+    per report); without them, the id's totals on the target, once, on its first row."""
+    from .static import classify
+
+    columns = [(head, names) for head, names in SASS_COLUMNS if all(n in classify({}) for n in names)]
     kw = max([len(r.kernel) for r in reports] + [6])
     fw = max([len(f.name) for r in reports for f in r.functions] + [8])
+    cw = [max(len(head), 6) for head, _ in columns]
     lines = [f"{'kernel':<{kw}} {'function':<{fw}} {'arch':<6} {'regs':>4} {'smem':>7} {'dyn smem':>8} "
-             f"{'stack':>5} {'spill':>5}  SASS of the id: total, tensor, fp32, shared ld/st, global ld"]
-    for r in reports:
-        cls = r.sass_by_class()
-        for f in r.functions:
+             f"{'stack':>5} {'spill':>5}  {'SASS':>6} " + " ".join(f"{h:>{w}}" for (h, _), w in zip(columns, cw))]
+    for i, r in enumerate(reports):
+        for j, f in enumerate(r.functions):
+            if per_function is not None:
+                ops = per_function[i][f.name]
+            else:
+                ops = r.sass if j == 0 else None
+            if ops is None:
+                sass = ""
+            else:
+                cls = classify(ops)
+                sass = f"{sum(ops.values()):>6} " + " ".join(f"{sum(cls[n] for n in names):>{w}}"
+                                                             for (_, names), w in zip(columns, cw))
             lines.append(f"{r.kernel:<{kw}} {f.name:<{fw}} {r.arch:<6} {f.registers:>4} {f.static_smem:>7} "
-                         f"{f.dynamic_smem:>8} {f.stack_bytes:>5} {f.spill_stores + f.spill_loads:>5}  "
-                         f"{sum(r.sass.values())}, {cls['tensor core']}, {cls['fp32 math']}, "
-                         f"{cls['shared load']}/{cls['shared store']}, {cls['global load']}")
+                         f"{f.dynamic_smem:>8} {f.stack_bytes:>5} {f.spill_stores + f.spill_loads:>5}  {sass}".rstrip())
     return "\n".join(lines)
 
 
-def _require_gpu(what: str) -> None:
-    """Called after the arguments are checked: a wrong id is named as such on any machine."""
+def _require_gpu(what: str, instead: str = "use `inspect` and `verify-results` without one") -> None:
+    """Called after the arguments are checked: a wrong id is named as such on any machine.
+    `instead` says what runs here in its place."""
     from .env import has_gpu
 
     if not has_gpu():
         raise UsageError(f"no CUDA GPU here (torch.cuda.is_available() is False). `{what}` measures on a GPU "
-                         "and never fakes a result; use `inspect` and `verify-results` without one.")
+                         f"and never fakes a result; {instead}.")
+
+
+def _shapes(args, specs) -> list | None:
+    """The --shape values (None when there are none), checked against the kernels before any GPU
+    check or build: one shape, every kernel named must take it; several shapes for named kernels,
+    each must take one of them, and is left out, saying so, where it cannot (bench records that as
+    skipped); no kernel named, at least one kernel must take each shape."""
+    from .launch import shape_problem
+    from .shapes import Shape
+
+    if not args.shape:
+        return None
+    shapes = list(dict.fromkeys(Shape(*s) for s in args.shape))
+    several = bool(args.kernels) and len(shapes) > 1
+    for shape in shapes:
+        _check_shape(shape, specs, named=bool(args.kernels) and not several)
+    if several:
+        for spec in specs:
+            problems = [p for shape in shapes if (p := shape_problem(spec, shape))]
+            if len(problems) == len(shapes):
+                raise UsageError(f"{spec.id} takes none of the shapes given: {problems[0]}")
+            for p in problems:
+                print(f"left out: {p}", file=sys.stderr)
+    return shapes
+
+
+def _targets(args) -> list[tuple[str, object]]:
+    """check --cpu's kernels as (label, spec): each id built with the tiles of its target, the
+    `@sm_XY` of its label (as the CPU suite names them, e.g. 07_mma@sm_90) or else --arch, else the
+    GPU at hand's (the L4's sm_89 without one). All of them when none is named. Checked before any
+    build: an unknown id or a target without a tiles table is refused."""
+    from .cpu import cpu_label
+    from .gpus import SM_LIMITS
+
+    def target(arch: str | None, where: str) -> str | None:
+        if arch is None:
+            return None
+        try:
+            _arch(arch)
+        except argparse.ArgumentTypeError as exc:
+            raise UsageError(f"{where}: {exc}") from None
+        if arch not in SM_LIMITS:
+            raise UsageError(f"{where}: no tiles table for {arch} (attnlab knows {', '.join(SM_LIMITS)}); a GPU "
+                             "of that target takes the source's own tiles, which --arch sm_89 checks")
+        return arch
+
+    default = target(args.arch, f"--arch {args.arch}")
+    out = []
+    for label in args.kernels or [s.id for s in registry.select(None)]:
+        kid, at, arch = label.partition("@")
+        if kid not in registry.KERNELS:
+            raise _unknown("kernel", kid, registry.KERNELS, "`python -m attnlab list` shows the registered ids")
+        arch = target(arch, label) if at else default
+        spec = registry.get(kid, arch)
+        out.append((cpu_label(spec, arch), spec))
+    return list(dict(out).items())  # a kernel named twice (07_mma and 07_mma@sm_89 here) runs once
+
+
+# A shape past this much work (B * H * L * L * D) may take a minute or more a case on the CPU
+# executor: twice the mission shape's, (1, 8, 512, 64), at which chapter 3 takes about 23 s a launch
+# with its race check (README's table of executor times); at (1, 8, 1024, 64) chapter 1 took 81 s.
+# The CPU grid's longest shape, (1, 2, 641, 128), is 105 M.
+CPU_SLOW_WORK = 2 * 8 * 512 * 512 * 64
 
 
 def cmd_check_cpu(args) -> int:
-    """check --cpu: the kernels on the CPU executor at small shapes, with its findings; no record
-    (records hold GPU results)."""
+    """check --cpu: the kernels on the CPU executor at small shapes (or --shape), with its
+    findings; no record (records hold GPU results)."""
     from .cpu import CPU_SCHEDULE_SEEDS, format_table_cpu, run_suite_cpu
     from .executor import ExecutorUnavailable
 
-    specs = _kernels(args.kernels)
+    if args.probe:
+        raise UsageError("--probe is a GPU session's crash probe; on the CPU, --quick runs one seed "
+                         "(and --shape the shapes you name)")
+    targets = _targets(args)
+    specs = [spec for _, spec in targets]
+    shapes = _shapes(args, specs)
     seeds = CPU_SCHEDULE_SEEDS[:1] if args.quick else CPU_SCHEDULE_SEEDS
+    for shape in shapes or ():
+        if shape.heads * shape.L * shape.L * shape.D > CPU_SLOW_WORK:
+            print(f"note: {shape.label()} is large for the CPU executor (every thread of every block runs "
+                  "in turn on one core): a case may take a minute or more, and a launch past 300 s is "
+                  "reported as a timeout", file=sys.stderr)
     try:
-        cases = run_suite_cpu(specs, seeds=seeds)
+        cases = run_suite_cpu(specs, shapes=shapes, seeds=seeds, labels=[label for label, _ in targets])
     except ExecutorUnavailable as exc:  # no C++ compiler: the machine cannot do it, as without a GPU
         raise UsageError(f"--cpu: {exc}") from None
     print(format_table_cpu(cases))
@@ -214,18 +318,32 @@ def cmd_mutate(args) -> int:
 def cmd_check(args) -> int:
     if getattr(args, "cpu", False):
         return cmd_check_cpu(args)
+    for label in args.kernels:  # before the unknown-id check: "07_mma@sm_90" is no typo
+        if "@" in label and label.partition("@")[0] in registry.KERNELS:
+            raise UsageError(f"{label}: a target's tiles are checked on the CPU executor (add --cpu); on a GPU, "
+                             "check builds each kernel for the GPU at hand")
+    if args.arch:
+        raise UsageError(f"--arch {args.arch} goes with --cpu; on a GPU, check builds each kernel for the GPU at hand")
     specs = _kernels(args.kernels)
-    _require_gpu("check")
+    shapes = _shapes(args, specs)
+    words = " ".join([*args.kernels, "--cpu", *(["--quick"] if args.quick else []),
+                      *(f"--shape {' '.join(map(str, s))}" for s in shapes or ())])
+    _require_gpu("check", f"`python -m attnlab check {words}` runs the same kernels here on attnlab's CPU "
+                          "executor (correctness and findings, no timing); `inspect` and `verify-results` "
+                          "need no GPU either")
     from .check import CHECK_SEEDS, format_table, run_suite
     from .results import new_record, write_record
     from .shapes import PROBE_SHAPES
 
     seeds = CHECK_SEEDS[:1] if args.quick or args.probe else CHECK_SEEDS
-    results = run_suite(specs, shapes=PROBE_SHAPES if args.probe else None, seeds=seeds)
+    results = run_suite(specs, shapes=shapes or (PROBE_SHAPES if args.probe else None), seeds=seeds)
     print(format_table(results))
     if args.probe:
         _mark_probed(specs, results)
-    if not args.no_record and not args.probe:  # a probe is no check: it never makes a record
+    if shapes and not args.probe and not args.no_record:
+        print("record: none (a check at the shapes you name is not the suite; records hold the suite)")
+    # a probe is no check, and a check at chosen shapes no suite: neither makes a record
+    if not args.no_record and not args.probe and not shapes:
         record = new_record("check", specs, settings={"quick": args.quick, "seeds": list(seeds)})
         record["cases"] = [r.to_dict() for r in results]
         print(f"record: {write_record(record)}")
@@ -252,28 +370,13 @@ def _mark_probed(specs, results) -> None:
 
 
 def cmd_bench(args) -> int:
-    from .shapes import BENCH_SHAPES, QUICK_SWEEP_LENGTHS, SWEEP_LENGTHS, Shape, sweep
+    from .shapes import BENCH_SHAPES, QUICK_SWEEP_LENGTHS, SWEEP_LENGTHS, sweep
 
     specs = _kernels(args.kernels)
-    if args.shape:
-        shapes = list(dict.fromkeys(Shape(*s) for s in args.shape))
-        # Several shapes for named kernels (chapter 7's targets: one run, one record): each kernel
-        # must take one of them, and is left out, saying so, where it cannot (run_bench records it
-        # as skipped). One shape: every kernel named must take it.
-        several = bool(args.kernels) and len(shapes) > 1
-        for shape in shapes:
-            _check_shape(shape, specs, named=bool(args.kernels) and not several)
-        if several:
-            from .launch import shape_problem
-
-            for spec in specs:
-                problems = [p for shape in shapes if (p := shape_problem(spec, shape))]
-                if len(problems) == len(shapes):
-                    raise UsageError(f"{spec.id} takes none of the shapes given: {problems[0]}")
-                for p in problems:
-                    print(f"left out: {p}", file=sys.stderr)
-    else:
-        shapes = list(dict.fromkeys(BENCH_SHAPES + sweep(QUICK_SWEEP_LENGTHS if args.quick else SWEEP_LENGTHS)))
+    # Several shapes for named kernels (chapter 7's targets: one run, one record): a kernel that
+    # cannot take one is left out of it, saying so (run_bench records it as skipped).
+    shapes = _shapes(args, specs) or list(dict.fromkeys(
+        BENCH_SHAPES + sweep(QUICK_SWEEP_LENGTHS if args.quick else SWEEP_LENGTHS)))
     _require_gpu("bench")
     from .bench import failed_cases, run_bench
     from .results import write_record
@@ -308,7 +411,8 @@ def cmd_sanitize(args) -> int:
     if args.child:
         return run_child(args.child)
     specs = _kernels(args.kernels)
-    _require_gpu("sanitize")
+    _require_gpu("sanitize", "`python -m attnlab check --cpu` runs the kernels here on attnlab's CPU executor, "
+                             "which reports races, out-of-bounds and uninitialized reads and barrier misuse")
     from tqdm.auto import tqdm
 
     from .results import new_record, write_record
@@ -351,8 +455,8 @@ def cmd_search(args) -> int:
             print("attnlab search: no CUDA GPU here (torch.cuda.is_available() is False), so nothing is "
                   "measured; the static space follows (--static shows it on a GPU machine too).", file=sys.stderr)
         for kid in kernels:
-            # Progress bars only on a terminal: in a log they are noise around the one line above.
-            verdicts = search.static_space(kid, shape.D, args.arch, progress=not args.json and sys.stderr.isatty())
+            # A progress bar on stderr, as inspect's: on a cold cache the space is minutes of nvcc.
+            verdicts = search.static_space(kid, shape.D, args.arch, progress=not args.json)
             if args.json:
                 print(json.dumps([v.to_dict() for v in verdicts], indent=1))
                 continue
@@ -547,21 +651,33 @@ def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m attnlab", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     sub.add_parser("list", help="the registered kernels").set_defaults(fn=cmd_list)
-    sp = sub.add_parser("inspect", help="static build, resources and SASS mix (no GPU needed)")
+    sp = sub.add_parser("inspect", help="static build, resources and SASS mix of each function (no GPU needed)")
     sp.add_argument("kernels", nargs="*", metavar="KERNEL")
     sp.add_argument("--arch", nargs="+", type=_arch, default=list(ARCHES), help="targets, e.g. sm_80 sm_89 sm_90")
     sp.add_argument("--json", action="store_true", help="machine-readable reports")
     sp.set_defaults(fn=cmd_inspect)
-    for name, fn, text in (("check", cmd_check, "the correctness suite on a GPU"),
+    for name, fn, text in (("check", cmd_check, ("the correctness suite on a GPU (writes a record); with --cpu, "
+                                                  "here on attnlab's CPU executor (no GPU needed)")),
                            ("bench", cmd_bench, "timings next to SDPA on a GPU; writes a record")):
-        sp = sub.add_parser(name, help=text)
-        sp.add_argument("kernels", nargs="*", metavar="KERNEL")
+        sp = sub.add_parser(name, help=text, description=text)
+        ids = "registered ids (default: all)"
+        if name == "check":
+            ids += "; with --cpu also ID@sm_XY, the tiles the kernel takes on that target (e.g. 07_mma@sm_90)"
+        sp.add_argument("kernels", nargs="*", metavar="KERNEL", help=ids)
         sp.add_argument("--quick", action="store_true", help="fewer seeds / shapes / repetitions")
         sp.add_argument("--no-record", action="store_true", help="do not write a record under results/")
         if name == "check":
             sp.add_argument("--cpu", action="store_true",
-                            help="run the kernels on the CPU executor (no GPU needed): the pass rule at small "
-                                 "shapes, and races, out-of-bounds and other findings; never a timing")
+                            help="run the kernels on attnlab's CPU executor (no GPU needed): the pass rule at "
+                                 "small shapes, and races, out-of-bounds and other findings; never a timing, "
+                                 "never a record")
+            sp.add_argument("--arch", type=_arch, default=None,
+                            help="with --cpu: build the kernels with the tiles they take on this target "
+                                 "(default: the GPU at hand's, the L4's sm_89 without one; chapter 7's tiles "
+                                 "follow it, e.g. sm_90 for the H100's three stages)")
+            sp.add_argument("--shape", nargs=4, type=_positive_int, action="append", metavar=("B", "H", "L", "D"),
+                            help="check at this shape (repeatable), causal and not, instead of the suite's "
+                                 "shapes; on a GPU it writes no record")
             sp.add_argument("--probe", action="store_true",
                             help="one seed at two shapes, no record: does the kernel run and pass at all (a GPU "
                                  "session probes each kernel in its own process before timing them together)")

@@ -23,16 +23,48 @@ CPU_LENGTHS: tuple[int, ...] = (1, 2, 15, 17, 63, 65, 127, 129, 200)
 CPU_HEAD_DIMS: tuple[int, ...] = (64, 128)
 CPU_SCHEDULE_SEEDS: tuple[int, ...] = (0, 1, 2)
 
+# Lengths past a kernel's largest internal chunk, for the kernels whose chunk L = 200 stays inside
+# (0.1 to 3 s a case, where chapters 1-3 take 1 to 10 s a case at L = 300 and need no longer row:
+# their key tiles are at most 32 keys and their query blocks 128 rows):
+#  - chapter 4's row softmax takes 256 columns per warp step (32 lanes x 8): 300 and 513 are two
+#    and three steps of its 2-byte path (L % 8 != 0), 520 three of its 16-byte path;
+#  - chapter 7's split across CTAs gives each CTA one or two key tiles at L <= 200: at 641 (ten
+#    64-key tiles and one key) each runs 5 or 6, so its key loop comes round its ring of K/V stages
+#    (three on sm_90 at D = 64, where 641 is the shortest row of two heads that wraps it).
+# Every other kernel's loop unit (key tile x K/V stages: at most 64 x 3 = 192 keys) wraps inside
+# L = 200 already; tests/test_executor_kernels.py holds the grid to both claims.
+CPU_LONG_LENGTHS: dict[str, tuple[int, ...]] = {"04_cublas_hybrid": (300, 513, 520), "07_mma_split_ctas": (641,)}
+
 
 def cpu_shapes(spec: KernelSpec) -> list[Shape]:
-    """The CPU suite's shapes a kernel supports: every length at B = 1, H = 2, and a batch of
-    several heads and query blocks, for each head dim in CPU_HEAD_DIMS it takes."""
+    """The CPU suite's shapes a kernel supports: every length at B = 1, H = 2 (with the kernel's
+    CPU_LONG_LENGTHS), and a batch of several heads and query blocks, for each head dim in
+    CPU_HEAD_DIMS it takes."""
+    lengths = CPU_LENGTHS + CPU_LONG_LENGTHS.get(spec.id, ())
     shapes = []
     for D in CPU_HEAD_DIMS:
         if not spec.supports_head_dim(D):
             continue
-        shapes += [Shape(1, 2, L, D) for L in CPU_LENGTHS] + [Shape(2, 3, 130, D)]
+        shapes += [Shape(1, 2, L, D) for L in lengths] + [Shape(2, 3, 130, D)]
     return shapes
+
+
+def tiles_follow_arch(spec: KernelSpec) -> bool:
+    """Whether the kernel's tiles depend on the target (chapter 7's key tile and K/V stages do)."""
+    return spec.tuning is not None and spec.tuning.arch_defaults is not None
+
+
+def cpu_label(spec: KernelSpec, arch: str | None = None) -> str:
+    """How the CPU suite names a kernel: "<id>@sm_XY" where its tiles follow the target (`arch`,
+    else the build's own, else the GPU at hand's: the L4's sm_89 without one), "<id>" where they
+    are the same on every target. registry.by_label reads it back."""
+    if not tiles_follow_arch(spec):
+        return spec.id
+    if arch is None:
+        from .gpus import arch_at_hand
+
+        arch = spec.arch or arch_at_hand()[0]
+    return f"{spec.id}@{arch}"
 
 
 @dataclass
@@ -187,10 +219,11 @@ def bank_claims_broken(spec: KernelSpec, report) -> list[str]:
 
 
 def check_case_cpu(spec: KernelSpec, shape: Shape, causal: bool, seed: int, races: bool = True,
-                   src_dir=None, time_limit: float = 300.0) -> CpuCase:
+                   src_dir=None, time_limit: float = 300.0, label: str | None = None) -> CpuCase:
     """One case of the CPU suite: the pass rule of attnlab.check against the fp64 reference, no
     finding, and no bank conflict where the kernel promises none. `seed` draws the inputs and the
-    executor's schedule."""
+    executor's schedule; `label` names the kernel in the case and its findings (default: its id;
+    cpu_label names the target as well)."""
     from .reference import naive_fp16, reference_attention, sdpa
 
     q, k, v = make_inputs(shape, seed, device="cpu", offset=INPUT_OFFSET)
@@ -200,26 +233,35 @@ def check_case_cpu(spec: KernelSpec, shape: Shape, causal: bool, seed: int, race
     out, report = attention_cpu(spec, q, k, v, causal, seed=seed, races=races, banks=bool(spec.conflict_free),
                                 src_dir=src_dir, time_limit=time_limit)
     verdict = judge(out, ref, fp16_err, ATOL_FLOOR)
-    findings = [f.line(spec.id) for f in report.findings] + [f"{spec.id}: {b}" for b in bank_claims_broken(spec, report)]
+    name = label or spec.id
+    findings = [f.line(name) for f in report.findings] + [f"{name}: {b}" for b in bank_claims_broken(spec, report)]
     reasons = [] if verdict.passed else [verdict.reason]
     if not report.completed:
         reasons.append("the launch did not complete")
     if findings:
         reasons.append(f"{len(findings)} finding(s)")
-    return CpuCase(spec.id, tuple(shape), causal, seed, verdict.passed and report.completed and not findings, verdict.max_err,
+    return CpuCase(name, tuple(shape), causal, seed, verdict.passed and report.completed and not findings, verdict.max_err,
                    verdict.tolerance, fp16_err, sdpa_err, findings, "; ".join(reasons))
 
 
-def run_suite_cpu(specs, shapes=None, seeds=(0,), progress: bool = True) -> list[CpuCase]:
-    """check_case_cpu over kernels x shapes (default: cpu_shapes) x causal x seeds."""
-    work = [(spec, shape, causal, seed) for spec in specs
-            for shape in (shapes if shapes is not None else cpu_shapes(spec)) if spec.supports_head_dim(shape.D)
-            for causal in ((False, True) if spec.causal else (False,)) for seed in seeds]
+def run_suite_cpu(specs, shapes=None, seeds=(0,), progress: bool = True, labels=None) -> list[CpuCase]:
+    """check_case_cpu over kernels x shapes (default: cpu_shapes; a shape a kernel cannot take,
+    by launch.shape_problem, is left out for it) x causal x seeds. `labels`, one per spec, name
+    the kernels in the cases (default: their ids)."""
+    from .launch import shape_problem
+
+    labels = list(labels) if labels is not None else [spec.id for spec in specs]
+    if len(labels) != len(specs):
+        raise ValueError(f"{len(labels)} labels for {len(specs)} kernels")
+    work = [(spec, shape, causal, seed, label) for spec, label in zip(specs, labels)
+            for shape in (shapes if shapes is not None else cpu_shapes(spec))
+            for causal in ((False, True) if spec.causal else (False,))
+            if shape_problem(spec, shape, causal) is None for seed in seeds]
     if progress:  # (tqdm.auto warns on stderr in a notebook without ipywidgets: the pages pass False)
         from tqdm.auto import tqdm
 
         work = tqdm(work, desc="check --cpu", unit="case")
-    return [check_case_cpu(*case) for case in work]
+    return [check_case_cpu(spec, shape, causal, seed, label=label) for spec, shape, causal, seed, label in work]
 
 
 def format_table_cpu(cases: list[CpuCase]) -> str:
@@ -227,13 +269,14 @@ def format_table_cpu(cases: list[CpuCase]) -> str:
     rows: dict[tuple, list[CpuCase]] = {}
     for c in cases:
         rows.setdefault((c.kernel, c.shape, c.causal), []).append(c)
-    lines = [f"{'kernel':<22} {'shape':<20} {'causal':<6} {'pass':>5} {'max err':>9} {'tol':>9}  note"]
+    kw = max([len(c.kernel) for c in cases] + [22])
+    lines = [f"{'kernel':<{kw}} {'shape':<20} {'causal':<6} {'pass':>5} {'max err':>9} {'tol':>9}  note"]
     for (kernel, shape, causal), group in rows.items():
         passed = sum(c.passed for c in group)
         errs = [c.max_err for c in group]
         err = float("nan") if any(e != e for e in errs) else max(errs)
         note = next((c.reason for c in group if not c.passed), "")
-        lines.append(f"{kernel:<22} {str(shape):<20} {str(causal):<6} {passed}/{len(group):<3} {err:>9.2e} "
+        lines.append(f"{kernel:<{kw}} {str(shape):<20} {str(causal):<6} {passed}/{len(group):<3} {err:>9.2e} "
                      f"{min(c.tolerance for c in group):>9.2e}  {note}")
     findings = list(dict.fromkeys(f for c in cases for f in c.findings))
     lines.append(f"{sum(c.passed for c in cases)}/{len(cases)} cases passed on the CPU executor "
