@@ -3,7 +3,10 @@ rule against the fp64 reference, and zero findings (races, out-of-bounds, uninit
 reads, deadlocks, barrier and mask misuse), over
   L = 1, 2, 15, 17, 63, 65, 127, 129, 200 and a (2, 3, 130, D) batch; D = 64 and 128 where the kernel
   takes it; causal and not; three seeds (each draws the inputs, the order the executor runs warps
-  and lanes in, and its WMMA fragment layouts).
+  and lanes in, and its WMMA fragment layouts);
+  and lengths past the internal chunk of the kernels whose chunk L = 200 stays inside
+  (attnlab.cpu.CPU_LONG_LENGTHS: chapter 4's 256-column warp step, chapter 7's key range per CTA of
+  the split across CTAs).
 For chapter 4 that is its row-softmax kernel on the executor between the two GEMMs in torch at
 the GPU path's precisions. Chapter 7's kernels run again with the tiles they take on sm_90
 (registry._mma07_arch_tiles: 64-key tiles at D = 128, three K/V stages at D = 64 and 128), as
@@ -11,6 +14,7 @@ the GPU path's precisions. Chapter 7's kernels run again with the tiles they tak
 processes in parallel; each kernel's verdict is its own test."""
 from __future__ import annotations
 
+import math
 import os
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
@@ -18,7 +22,8 @@ from multiprocessing import get_context
 import pytest
 
 from attnlab import registry
-from attnlab.cpu import CPU_SCHEDULE_SEEDS, check_case_cpu, cpu_shapes, library_for
+from attnlab.cpu import (CPU_LENGTHS, CPU_LONG_LENGTHS, CPU_SCHEDULE_SEEDS, check_case_cpu, cpu_shapes,
+                         library_for)
 from attnlab.shapes import Shape
 
 # The other architecture whose tiles the suite runs, and the head dims where they differ from the source's.
@@ -88,7 +93,12 @@ def test_the_grid_covers_every_kernel_and_the_issue_shapes():
     assert all(_spec(f"{k}@{OTHER_ARCH}").config["ATTN07_STAGES_D64"] == 3 for k in OTHER_TILES)
     assert OTHER_TILES["07_mma_single_buffer"] == (128,)  # one stage everywhere; 64 keys at D = 128
     lengths = {shape.L for _, cases in _work() for shape, _, _ in cases}
-    assert {1, 2, 15, 17, 63, 65, 127, 129, 200} <= lengths
+    assert {1, 2, 15, 17, 63, 65, 127, 129, 200, 300, 513, 520, 641} <= lengths
+    hybrid = {shape.L for kid, cases in _work() if kid == "04_cublas_hybrid" for shape, _, _ in cases}
+    assert {300, 513, 520} <= hybrid
+    for label in ("07_mma_split_ctas", f"07_mma_split_ctas@{OTHER_ARCH}"):
+        assert {(shape.L, shape.D) for kid, cases in _work() if kid == label for shape, _, _ in cases} >= {
+            (641, 64), (641, 128)}
     seven = [cases for kid, cases in _work() if kid == "07_mma"]
     assert {shape.D for cases in seven for shape, _, _ in cases} == {64, 128}
     # every entry of chapter 7 runs: each key split has an id that fixes it
@@ -98,6 +108,71 @@ def test_the_grid_covers_every_kernel_and_the_issue_shapes():
                        for e in _spec(kid).entries_at_head_dim(D)}
     assert "attn_fwd_07_mma_split4_d128" in entries  # only with 64-key tiles
     assert {seed for cases in seven for _, _, seed in cases} == set(CPU_SCHEDULE_SEEDS) and len(CPU_SCHEDULE_SEEDS) == 3
+
+
+def _loop_unit(spec, D: int) -> tuple[int, int]:
+    """(key tile, K/V stages) of a tunable kernel at head dim D, from its configuration: the keys
+    its key loop takes per step and the steps before its ring of stages comes round again."""
+    cfg = spec.config
+    bn = next(cfg[k] for k in (f"ATTN07_BLOCK_N_D{D}", f"ATTN06_BLOCK_N_D{D}", "ATTN05_BLOCK_N") if k in cfg)
+    stages = next((cfg[k] for k in (f"ATTN07_STAGES_D{D}", "ATTN06_STAGES") if k in cfg), 1)
+    return bn, stages
+
+
+def _tiles_per_cta(spec, shape) -> int:
+    """Key tiles the busiest CTA of a launch walks: all of them, or its share of a split across CTAs."""
+    bn, _ = _loop_unit(spec, shape.D)
+    tiles = math.ceil(shape.L / bn)
+    if spec.runner == "attnlab.split_ctas:run_split_ctas":
+        tiles = math.ceil(tiles / spec.launch_config(shape)["kv_split"])
+    return tiles
+
+
+def test_the_grid_goes_past_every_kernel_s_internal_chunk():
+    """A mistake that shows only past a kernel's own boundary needs a row longer than that boundary:
+    chapter 4's row softmax steps 256 columns at a time (32 lanes x 8), on a 16-byte path where
+    L % 8 == 0 and a 2-byte path otherwise; every tiled kernel's key loop must run until its ring of
+    K/V stages comes round again, in one CTA (chapter 7's split across CTAs included, both targets)."""
+    step = 32 * 8
+    lengths = {shape.L for shape in cpu_shapes(registry.get("04_cublas_hybrid"))}
+    assert any(L > 2 * step and L % 8 for L in lengths) and any(L > 2 * step and L % 8 == 0 for L in lengths)
+    assert max(CPU_LENGTHS) < step, "the base grid reached the 256-column step: CPU_LONG_LENGTHS may go"
+    for label in KERNEL_IDS:
+        spec = _spec(label)
+        if spec.tuning is None:
+            continue
+        for D in sorted({s.D for s in cpu_shapes(spec)}):
+            bn, stages = _loop_unit(spec, D)
+            most = max(_tiles_per_cta(spec, s) for s in cpu_shapes(spec) if s.D == D)
+            assert most > stages, f"{label} at D={D}: {most} key tiles per CTA at most, {stages} stages of {bn} keys"
+
+
+def test_the_long_lengths_only_go_where_a_chunk_needs_them():
+    """They cost: each kernel that has them needs them (its chunk is past the base grid's L)."""
+    assert set(CPU_LONG_LENGTHS) == {"04_cublas_hybrid", "07_mma_split_ctas"}
+    base = [Shape(1, 2, L, D) for L in CPU_LENGTHS for D in (64, 128)] + [Shape(2, 3, 130, D) for D in (64, 128)]
+    for label in ("07_mma_split_ctas", f"07_mma_split_ctas@{OTHER_ARCH}"):
+        spec = _spec(label)
+        assert all(_tiles_per_cta(spec, s) <= _loop_unit(spec, s.D)[1] for s in base if s.L > 1)
+
+
+def test_a_mutant_only_the_long_rows_catch_is_caught():
+    """04-one-step folds only the first 256 columns of a row into its max and sum: the base grid
+    (L <= 200) passes it, the grid with chapter 4's long rows kills it."""
+    from attnlab import cpu, mutation
+
+    mutant = mutation.get("04-one-step")
+    killed = mutation.run_in_process(mutant)
+    assert killed.status == "killed" and killed.by.startswith("04_cublas_hybrid (1, 2, "), killed.by
+    assert int(killed.by.split(", ")[2]) > 256, killed.by
+    saved = dict(cpu.CPU_LONG_LENGTHS)
+    try:
+        cpu.CPU_LONG_LENGTHS.clear()
+        base_cases = len(mutation.cases(mutant))
+        outcome = mutation.run_in_process(mutant)
+    finally:
+        cpu.CPU_LONG_LENGTHS.update(saved)
+    assert outcome.status == "survived" and outcome.cases_run == base_cases > 100
 
 
 @pytest.mark.parametrize("kernel_id", KERNEL_IDS)

@@ -42,6 +42,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("04-causal-columns", "04_row_softmax.cu",
            "const int n = causal ? row + 1 : L;", "const int n = causal ? row + 2 : L;", ("04_cublas_hybrid",),
            "a causal row's softmax takes one column past the diagonal"),
+    Mutant("04-one-step", "04_row_softmax.cu",
+           "for (int it = 0; it * 32 * VEC < n; ++it) {", "for (int it = 0; it < 1; ++it) {", ("04_cublas_hybrid",),
+           "the row's max and sum fold only its first warp step (256 columns); a longer row is normalized "
+           "by part of its sum (only rows past L = 256 show it: cpu.CPU_LONG_LENGTHS)"),
     Mutant("wmma-key-mask", "wmma_tile.cuh",
            "s[2 * j] = (kv0 + c < key_limit)", "s[2 * j] = (kv0 + c <= key_limit)", ("05_wmma", "06_warp_specialized"),
            "every other score column keeps one key past the row's limit (a zero-padded key past L)"),
