@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """How long the CPU executor takes to run each kernel once: wall time of one launch (the library
 already built) at (1, 2, 129, 64) and (1, 8, 512, 64), causal and not, with and without the race
-check. This times the executor on this machine's CPU, never a kernel on a GPU.
+check. This times the executor on this machine's CPU, never a kernel on a GPU. The table is dated
+and names the CPU it ran on, like any measurement; run it on otherwise idle cores.
 
-    python tools/bench_cpu_executor.py                   # print the table
+    python tools/bench_cpu_executor.py                   # every registered kernel: print the table
     python tools/bench_cpu_executor.py --write README.md # also replace the table between its markers
-    python tools/bench_cpu_executor.py 07_mma 02_block_tiling
+    python tools/bench_cpu_executor.py 07_mma 02_block_tiling   # a few kernels, printed only
+
+--write always times every registered kernel, so the table it leaves lists each one.
 """
 from __future__ import annotations
 
@@ -24,7 +27,6 @@ sys.path.insert(0, str(ROOT / "src"))
 from attnlab import registry  # noqa: E402
 from attnlab.check import make_inputs  # noqa: E402
 from attnlab.cpu import attention_cpu, library_for  # noqa: E402
-from attnlab.env import git_commit  # noqa: E402
 from attnlab.shapes import Shape  # noqa: E402
 
 SHAPES = (Shape(1, 2, 129, 64), Shape(1, 8, 512, 64))
@@ -41,13 +43,6 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def commit() -> str:
-    """The commit measured, as records name it (uncommitted changes to kernels/ or src/ said)."""
-    git = git_commit()
-    head = (git["commit"] or "?")[:7]
-    return head + (" with uncommitted changes" if git["dirty"] else "")
-
-
 def time_launch(spec, shape: Shape, causal: bool, races: bool) -> tuple[float, bool]:
     """Seconds for one launch, and whether it ran clean (a timing of a failing run is not shown)."""
     q, k, v = make_inputs(shape, 0, device="cpu")
@@ -60,6 +55,7 @@ def table(kernel_ids) -> str:
     head = ["kernel", "(B, H, L, D)"] + [f"{m}, {r}" for m in ("full", "causal")
                                          for r in ("race check", "no race check")]
     lines = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (len(head) - 2)]
+    load = os.getloadavg()[0]  # other work on the cores slows every launch: said with the table
     total = 0.0
     for kid in kernel_ids:
         spec = registry.get(kid)
@@ -75,8 +71,8 @@ def table(kernel_ids) -> str:
             lines.append(f"| `{kid}` | {tuple(shape)} | " + " | ".join(cells) + " |")
     stamp = datetime.date.today().isoformat()
     lines.append("")
-    lines.append(f"Seconds per launch, measured by `tools/bench_cpu_executor.py` on {cpu_name()} "
-                 f"({os.cpu_count()} cores, one used per launch), {stamp}, commit {commit()}; "
+    lines.append(f"Seconds per launch, measured on {stamp} on {cpu_name()} ({os.cpu_count()} cores, one used "
+                 f"per launch; load average {load:.1f} at the start) by `tools/bench_cpu_executor.py`; "
                  f"{total:.0f} s in all.")
     return "\n".join(lines)
 
@@ -94,6 +90,8 @@ def main() -> int:
     p.add_argument("kernels", nargs="*", help="kernel ids (default: every registered kernel)")
     p.add_argument("--write", type=Path, help="a Markdown file whose marked table to replace")
     args = p.parse_args()
+    if args.write and args.kernels:
+        p.error("--write replaces the whole table: it times every registered kernel, so name none")
     import torch
 
     torch.set_num_threads(1)
