@@ -12,10 +12,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from .static import _PREDICATE, main_path
+from .static import _PREDICATE, function_opcodes, main_path, opcode, sass_listing
 
-_FUNCTION = re.compile(r"Function : (\S+)")
-_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+((?:@!?U?P[T0-9]+\s+)?[A-Z].*?)\s*;")
 # BRA, BRA.U, BRA.DIV ...: an optional predicate operand (`BRA P2, 0x...`, `BRA ~URZ, 0x...`), then
 # the absolute target.
 _BRANCH = re.compile(r"^BRA(?:\.[A-Z]+)*\s+(?:[!~]?U?[PR][TZ0-9]*\s*,\s*)?(0x[0-9a-f]+)")
@@ -24,20 +22,10 @@ _BRANCH = re.compile(r"^BRA(?:\.[A-Z]+)*\s+(?:[!~]?U?[PR][TZ0-9]*\s*,\s*)?(0x[0-
 def listing(sass: str, function: str) -> list[tuple[int, str]]:
     """(offset, instruction) of one function of a cuobjdump listing, in program order, the
     instruction with its predicate and operands (e.g. "@P0 BRA P2, 0x1d40")."""
-    out, current = [], None
-    for line in sass.splitlines():
-        if m := _FUNCTION.search(line):
-            current = m.group(1)
-        elif current == function and (m := _LINE.search(line)):
-            out.append((int(m.group(1), 16), m.group(2)))
-    if not out:
+    lines = sass_listing(sass).get(function)
+    if not lines:
         raise KeyError(f"no function {function!r} in the listing")
-    return out
-
-
-def opcode(instruction: str) -> str:
-    """The full opcode of one instruction, predicate dropped: "@P0 BRA P2, 0x1d40" -> "BRA"."""
-    return _PREDICATE.sub("", instruction).split()[0]
+    return lines
 
 
 def loops(lines: list[tuple[int, str]]) -> list[tuple[int, int]]:
@@ -70,12 +58,8 @@ def inside_and_outside(lines: list[tuple[int, str]], loop: tuple[int, int]) -> t
     """Opcode counts inside `loop` and outside it, over the path a converged warp runs
     (static.main_path: up to the last EXIT) and without never-executed padding (@!PT)."""
     kept = lines[:len(main_path([ins for _, ins in lines]))]  # main_path cuts the list at its last EXIT
-    inside, outside = Counter(), Counter()
-    for offset, ins in kept:
-        if ins.startswith("@!PT "):
-            continue
-        (inside if loop[0] <= offset <= loop[1] else outside)[opcode(ins)] += 1
-    return inside, outside
+    return (function_opcodes([ins for off, ins in kept if loop[0] <= off <= loop[1]]),
+            function_opcodes([ins for off, ins in kept if not loop[0] <= off <= loop[1]]))
 
 
 def loop_split(sass: str, function: str, marker: str = "HMMA") -> tuple[Counter, Counter]:

@@ -160,27 +160,38 @@ def opcode_counts(sass: str, functions) -> Counter:
     """Full opcodes (with modifiers, e.g. HMMA.16816.F32) of the functions named in `functions`,
     predicates dropped; unlike function_opcodes, never-executed padding (@!PT) is counted."""
     by_function = sass_by_function(sass)
-    return Counter(_PREDICATE.sub("", line).split()[0] for name in functions for line in by_function.get(name, []))
+    return Counter(opcode(line) for name in functions for line in by_function.get(name, []))
 
 
 _FUNCTION = re.compile(r"Function : (\S+)")
-_INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+((?:@!?U?P[T0-9]+\s+)?[A-Z].*?)\s*;")
+_INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+((?:@!?U?P[T0-9]+\s+)?[A-Z].*?)\s*;")
 _PREDICATE = re.compile(r"^@!?U?P[T0-9]+\s+")
 _BARRIER = re.compile(r"\bBAR\.(SYNC|ARV)[.A-Z_]*\s+0x([0-9a-f]+)(?:\s*,\s*0x([0-9a-f]+))?")
 
 
-def sass_by_function(sass: str) -> dict[str, list[str]]:
-    """A SASS listing split by function: one instruction a line with its operands and predicate,
-    e.g. "DEPBAR.LE SB0, 0x1"."""
-    out: dict[str, list[str]] = {}
+def sass_listing(sass: str) -> dict[str, list[tuple[int, str]]]:
+    """A SASS listing split by function: (offset, instruction) in program order, the instruction
+    with its operands and predicate, e.g. (0x1d40, "@P0 BRA P2, 0x1d40")."""
+    out: dict[str, list[tuple[int, str]]] = {}
     current = None
     for line in sass.splitlines():
         if m := _FUNCTION.search(line):
             current = m.group(1)
             out[current] = []
         elif current and (m := _INSTRUCTION.search(line)):
-            out[current].append(m.group(1))
+            out[current].append((int(m.group(1), 16), m.group(2)))
     return out
+
+
+def sass_by_function(sass: str) -> dict[str, list[str]]:
+    """A SASS listing split by function: one instruction a line with its operands and predicate,
+    e.g. "DEPBAR.LE SB0, 0x1"."""
+    return {name: [ins for _, ins in lines] for name, lines in sass_listing(sass).items()}
+
+
+def opcode(instruction: str) -> str:
+    """The full opcode of one instruction, predicate dropped: "@P0 BRA P2, 0x1d40" -> "BRA"."""
+    return _PREDICATE.sub("", instruction).split()[0]
 
 
 def main_path(lines: list[str]) -> list[str]:
@@ -194,7 +205,7 @@ def main_path(lines: list[str]) -> list[str]:
 def function_opcodes(lines: list[str]) -> Counter:
     """Opcode counts of one function's instructions (from sass_by_function), predicates dropped;
     never-executed padding (@!PT) is not counted."""
-    return Counter(_PREDICATE.sub("", line).split()[0] for line in lines if not line.startswith("@!PT "))
+    return Counter(opcode(line) for line in lines if not line.startswith("@!PT "))
 
 
 def named_barriers(sass: str) -> list[tuple[str, int, int | None]]:
