@@ -50,17 +50,11 @@ def smem_wavefronts(addr, width: int = 16) -> int:
     """Shared-memory wavefronts of one warp-wide access of `width` bytes per lane at byte addresses
     `addr` [32]: 16-byte accesses (ldmatrix rows, 16-byte loads) are served a quarter-warp (one
     8x8 matrix) per phase, 4-byte ones all 32 lanes at once; a phase needs as many wavefronts as
-    its busiest of the 32 four-byte banks has distinct words. A conflict-free ldmatrix.x4: 4."""
-    import numpy as np
+    its busiest of the 32 four-byte banks has distinct words (attnlab.banks.warp_access, the CPU
+    executor's rule). A conflict-free ldmatrix.x4: 4."""
+    from .banks import warp_access
 
-    addr = np.asarray(addr)
-    per_phase = 128 // width
-    total = 0
-    for p in range(len(addr) // per_phase):
-        a = addr[p * per_phase:(p + 1) * per_phase]
-        words = np.unique((a[:, None] // 4 + np.arange(width // 4)).ravel())
-        total += int(np.bincount(words % 32, minlength=32).max())
-    return total
+    return warp_access(addr, width).wavefronts
 
 
 def ldmatrix_wavefronts_07(D: int, block_m: int, block_n: int, swizzle: bool) -> dict[str, list[int]]:
