@@ -49,16 +49,11 @@ def cpu_shapes(spec: KernelSpec) -> list[Shape]:
     return shapes
 
 
-def tiles_follow_arch(spec: KernelSpec) -> bool:
-    """Whether the kernel's tiles depend on the target (chapter 7's key tile and K/V stages do)."""
-    return spec.tuning is not None and spec.tuning.arch_defaults is not None
-
-
 def cpu_label(spec: KernelSpec, arch: str | None = None) -> str:
     """How the CPU suite names a kernel: "<id>@sm_XY" where its tiles follow the target (`arch`,
     else the build's own, else the GPU at hand's: the L4's sm_89 without one), "<id>" where they
     are the same on every target. registry.by_label reads it back."""
-    if not tiles_follow_arch(spec):
+    if not spec.tiles_follow_arch:
         return spec.id
     if arch is None:
         from .gpus import arch_at_hand

@@ -134,6 +134,11 @@ class KernelSpec:
         return kernels_dir() / self.source
 
     @property
+    def tiles_follow_arch(self) -> bool:
+        """Whether the kernel's tiles depend on the target (chapter 7's key tile and K/V stages do)."""
+        return self.tuning is not None and self.tuning.arch_defaults is not None
+
+    @property
     def config(self) -> dict[str, int]:
         """Every knob's value in this build (the defaults overlaid with `defines`); {} without knobs."""
         if self.tuning is None:
@@ -172,7 +177,7 @@ class KernelSpec:
         defines for the compiler and the launch geometry of the same values, so the two never part.
         A configuration chapter 8 chose stays as it is; a kernel whose tiles are the same on every
         GPU returns itself."""
-        if self.tuning is None or self.tuning.arch_defaults is None or arch == self.arch:
+        if not self.tiles_follow_arch or arch == self.arch:
             return self
         if self.defines and dict(self.defines) != self.tuning.defaults_on(self.arch):  # a chosen configuration
             return dataclasses.replace(self, arch=arch)
@@ -794,7 +799,7 @@ def get(kernel_id: str, arch: str | None = None) -> KernelSpec:
     except KeyError:
         known = ", ".join(KERNELS)
         raise KeyError(f"unknown kernel {kernel_id!r}; registered: {known}") from None
-    if spec.tuning is None or spec.tuning.arch_defaults is None:
+    if not spec.tiles_follow_arch:
         return spec
     if arch is None:
         from .gpus import arch_at_hand
