@@ -166,33 +166,26 @@ SASS_COLUMNS = (("tensor", ("tensor core",)), ("fp32", ("fp32 math",)), ("lds", 
                 ("bar", ("barrier",)))
 
 
-def inspect_table(reports, per_function=None) -> str:
+def inspect_table(reports, per_function) -> str:
     """One row per function, target and registry id that launches it (a source shared by several
     ids shows each id's own entries, with the dynamic shared memory of that id's launches). The SASS
     columns count that function's own instructions (`per_function`: one {function: opcode counts}
-    per report); without them, the id's totals on the target, once, on its first row."""
+    per report)."""
     from .static import classify
 
-    columns = [(head, names) for head, names in SASS_COLUMNS if all(n in classify({}) for n in names)]
     kw = max([len(r.kernel) for r in reports] + [6])
     fw = max([len(f.name) for r in reports for f in r.functions] + [8])
-    cw = [max(len(head), 6) for head, _ in columns]
+    cw = [max(len(head), 6) for head, _ in SASS_COLUMNS]
     lines = [f"{'kernel':<{kw}} {'function':<{fw}} {'arch':<6} {'regs':>4} {'smem':>7} {'dyn smem':>8} "
-             f"{'stack':>5} {'spill':>5}  {'SASS':>6} " + " ".join(f"{h:>{w}}" for (h, _), w in zip(columns, cw))]
-    for i, r in enumerate(reports):
-        for j, f in enumerate(r.functions):
-            if per_function is not None:
-                ops = per_function[i][f.name]
-            else:
-                ops = r.sass if j == 0 else None
-            if ops is None:
-                sass = ""
-            else:
-                cls = classify(ops)
-                sass = f"{sum(ops.values()):>6} " + " ".join(f"{sum(cls[n] for n in names):>{w}}"
-                                                             for (_, names), w in zip(columns, cw))
+             f"{'stack':>5} {'spill':>5}  {'SASS':>6} " + " ".join(f"{h:>{w}}" for (h, _), w in zip(SASS_COLUMNS, cw))]
+    for r, by_function in zip(reports, per_function):
+        for f in r.functions:
+            ops = by_function[f.name]
+            cls = classify(ops)
+            sass = f"{sum(ops.values()):>6} " + " ".join(f"{sum(cls[n] for n in names):>{w}}"
+                                                         for (_, names), w in zip(SASS_COLUMNS, cw))
             lines.append(f"{r.kernel:<{kw}} {f.name:<{fw}} {r.arch:<6} {f.registers:>4} {f.static_smem:>7} "
-                         f"{f.dynamic_smem:>8} {f.stack_bytes:>5} {f.spill_stores + f.spill_loads:>5}  {sass}".rstrip())
+                         f"{f.dynamic_smem:>8} {f.stack_bytes:>5} {f.spill_stores + f.spill_loads:>5}  {sass}")
     return "\n".join(lines)
 
 
