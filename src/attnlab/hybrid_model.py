@@ -108,9 +108,14 @@ class Priced:
         return "memory" if self.memory_us >= self.compute_us else "compute"
 
 
+# Where the bytes live -> that level's bandwidth on the L4, GB/s.
+BANDWIDTH_GBPS = {"L2": L4_L2_GBPS, "DRAM": L4.dram_gbps}
+
+
 def level(footprint: int) -> tuple[str, float]:
     """(where, GB/s): the L4's L2 while `footprint` bytes fit in it, its DRAM otherwise."""
-    return ("L2", L4_L2_GBPS) if footprint <= L4_L2_BYTES else ("DRAM", L4.dram_gbps)
+    where = "L2" if footprint <= L4_L2_BYTES else "DRAM"
+    return where, BANDWIDTH_GBPS[where]
 
 
 def predict_hybrid(shape: Shape, causal: bool = False) -> Priced:
@@ -137,8 +142,7 @@ def predict_math(shape: Shape, fp16_reduction: bool, tf32: bool, causal: bool = 
 
 def price_at(p: Priced, where: str) -> float:
     """`p`'s predicted time had its bytes lived in `where` ("L2" or "DRAM") instead."""
-    gbps = L4_L2_GBPS if where == "L2" else L4.dram_gbps
-    return max(p.bytes / (gbps * 1e9) * 1e6, p.compute_us)
+    return max(p.bytes / (BANDWIDTH_GBPS[where] * 1e9) * 1e6, p.compute_us)
 
 
 def hybrid_over_math(shape: Shape, fp16_reduction: bool, tf32: bool, causal: bool = False) -> float:
