@@ -14,7 +14,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from attnlab.bench import summarize
+from attnlab.timing import summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU_NAME = "TEST GPU (NVIDIA L4 table entry)"

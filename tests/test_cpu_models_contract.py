@@ -10,7 +10,7 @@ import torch
 
 from attnlab import hybrid, launch, registry
 from attnlab.env import NoGpuError
-from attnlab.launch import AttentionInputError, validate
+from attnlab.contract import AttentionInputError, validate
 from attnlab.paths import kernels_dir
 from attnlab.shapes import CHECK_SHAPES, ODD_HEAD_DIM_SHAPES, Shape
 from attnlab.sources import source_files

@@ -123,7 +123,7 @@ def _tiles_per_cta(spec, shape) -> int:
     """Key tiles the busiest CTA of a launch walks: all of them, or its share of a split across CTAs."""
     bn, _ = _loop_unit(spec, shape.D)
     tiles = math.ceil(shape.L / bn)
-    if spec.runner == "attnlab.split_ctas:run_split_ctas":
+    if spec.runner == "attnlab.launch:run_split_ctas":
         tiles = math.ceil(tiles / spec.launch_config(shape)["kv_split"])
     return tiles
 

@@ -33,7 +33,7 @@ def test_launch_on_a_side_stream_is_ordered():
     import torch
 
     from attnlab import attention
-    from attnlab.check import make_inputs
+    from attnlab.pass_rule import make_inputs
     from attnlab.reference import reference_attention
 
     q, k, v = make_inputs(MISSION, seed=0)

@@ -22,8 +22,9 @@ def _some_configs(kernel_id: str, D: int, arch: str, n: int = 3) -> list[dict]:
 def test_configured_kernels_pass_the_check(kernel_id, D):
     import torch
 
-    from attnlab.check import judge, make_inputs
-    from attnlab.launch import launch, validate
+    from attnlab.pass_rule import judge, make_inputs
+    from attnlab.contract import validate
+    from attnlab.launch import launch
     from attnlab.reference import naive_fp16, reference_attention
 
     arch = search._device_arch()
@@ -58,7 +59,7 @@ def test_triton_reference_passes_on_the_gpu():
     import torch
 
     from attnlab import triton_ref
-    from attnlab.check import judge, make_inputs
+    from attnlab.pass_rule import judge, make_inputs
     from attnlab.reference import naive_fp16, reference_attention
 
     if triton_ref.available() is not None:
@@ -80,8 +81,8 @@ def test_tuned_launcher_runs_the_searched_configuration(monkeypatch, results):
     from test_search import _search_record
 
     from attnlab import attention, tuned
-    from attnlab.book import device_name
-    from attnlab.check import judge, make_inputs
+    from attnlab.env import device_name
+    from attnlab.pass_rule import judge, make_inputs
     from attnlab.reference import naive_fp16, reference_attention
     from attnlab.results import write_record
 

@@ -129,10 +129,9 @@ def test_the_runner_launches_the_partials_then_the_combine(monkeypatch, sms, lau
     made = []
     monkeypatch.setattr(attnlab.compile, "load_function", lambda spec, entry, device: entry)
     record = lambda fn, cfg, args, device: made.append((fn, cfg, args))  # noqa: E731
-    monkeypatch.setattr(split_ctas, "run_on_torch_stream", record)
-    monkeypatch.setattr(launch, "run_on_torch_stream", record)  # split 1: the fused launch
+    monkeypatch.setattr(launch, "run_on_torch_stream", record)
     q, k, v, out = (torch.zeros(MISSION, dtype=torch.float16) for _ in range(4))
-    split_ctas.run_split_ctas(CTAS, MISSION, q, k, v, out, True, 0.125)
+    launch.run_split_ctas(CTAS, MISSION, q, k, v, out, True, 0.125)
     assert len(made) == launches
     fn, cfg, args = made[0]
     assert fn == cfg["entry"] == CTAS.launch_config(MISSION)["entry"] and cfg["grid"][2] == launches

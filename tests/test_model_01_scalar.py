@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from attnlab import registry
-from attnlab.check import judge, make_inputs
+from attnlab.pass_rule import judge, make_inputs
 from attnlab.reference import naive_fp16, reference_attention
 from attnlab.shapes import Shape
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab.check import judge, make_inputs
+from attnlab.pass_rule import judge, make_inputs
 from attnlab.paths import kernels_dir
 from attnlab.reference import naive_fp16, reference_attention
 from attnlab.shapes import Shape

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab.check import make_inputs
+from attnlab.pass_rule import make_inputs
 from attnlab.reference import naive_fp16, reference_attention, sdpa
 from attnlab.shapes import Shape
 

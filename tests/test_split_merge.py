@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnlab.check import make_inputs
+from attnlab.pass_rule import make_inputs
 from attnlab.reference import reference_attention
 from attnlab.shapes import Shape
 from attnlab.registry import cta_split_candidates

@@ -34,7 +34,7 @@ def test_without_triton_it_says_so(monkeypatch):
 CHILD = r"""
 import torch
 from attnlab import triton_ref
-from attnlab.check import judge, make_inputs
+from attnlab.pass_rule import judge, make_inputs
 from attnlab.reference import naive_fp16, reference_attention
 from attnlab.shapes import Shape
 assert triton_ref.available() is None, triton_ref.available()

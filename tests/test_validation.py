@@ -7,7 +7,8 @@ import torch
 
 from attnlab import registry
 from attnlab.env import NoGpuError, has_gpu
-from attnlab.launch import AttentionInputError, attention, validate
+from attnlab.contract import AttentionInputError, validate
+from attnlab.launch import attention
 
 SPEC = registry.get("01_scalar")
 

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from attnlab import registry  # noqa: E402
-from attnlab.check import make_inputs  # noqa: E402
+from attnlab.pass_rule import make_inputs  # noqa: E402
 from attnlab.cpu import attention_cpu, library_for  # noqa: E402
 from attnlab.shapes import Shape  # noqa: E402
 

@@ -15,37 +15,13 @@ not otherwise. Ratios to "the fastest SDPA backend" (attnlab.results.report_rows
 """
 from __future__ import annotations
 
-import statistics
 import time
-from dataclasses import asdict, dataclass
 from typing import Callable
+
+from .timing import Timing, summarize
 
 TARGET_REPLAY_US = 300.0   # enough work per replay that event resolution (~0.5 us) is noise
 MAX_INNER = 200
-
-
-@dataclass
-class Timing:
-    median_us: float
-    p10_us: float
-    p90_us: float
-    reps: int
-    inner: int
-    samples_us: list[float]  # every replay's time per call, as timed: the median and spread follow from them
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-SAMPLE_DECIMALS = 4  # 0.1 ns: far below the events' resolution, and a record stays small
-
-
-def summarize(samples: list[float], reps: int, inner: int) -> Timing:
-    """The Timing of raw samples (rounded to SAMPLE_DECIMALS first, so that a record's median and
-    spread can be recomputed exactly from what it stores)."""
-    samples = [round(float(x), SAMPLE_DECIMALS) for x in samples]
-    qs = statistics.quantiles(samples, n=10, method="inclusive") if len(samples) > 1 else [samples[0]] * 9
-    return Timing(statistics.median(samples), qs[0], qs[-1], reps, inner, samples)
 
 
 def device_time(fn: Callable[[], object], reps: int = 50, warmup: int = 5) -> Timing:
@@ -131,7 +107,7 @@ def time_baselines(q, k, v, causal: bool, ref, fp16_err: float, reps: int) -> tu
     Returns (timed, unavailable: name -> reason)."""
     import torch
 
-    from .check import judge
+    from .pass_rule import judge
 
     timed, unavailable = {}, {}
     try:
@@ -167,8 +143,9 @@ def bench_case(specs, shape, causal: bool, reps: int, progress=None) -> dict:
     same inputs."""
     import torch
 
-    from .check import judge, make_inputs
-    from .launch import attention, validate
+    from .contract import validate
+    from .launch import attention
+    from .pass_rule import judge, make_inputs
     from .reference import SDPA_BACKENDS, naive_fp16, reference_attention, sdpa, sdpa_availability
 
     q, k, v = make_inputs(shape, seed=0)

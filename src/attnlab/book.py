@@ -16,7 +16,7 @@ import io
 import os
 
 from . import registry
-from .env import has_gpu
+from .env import device_name, has_gpu
 from .gpus import REFERENCE_GPU, GpuSpec, by_key, lookup
 from .measured import record_label
 from .shapes import MISSION, QUICK_SWEEP_LENGTHS, SWEEP_LENGTHS, Shape, sweep
@@ -76,13 +76,6 @@ def md_table(header: list[str], rows: list[list]) -> None:
 
 
 # --- the machine -----------------------------------------------------------------------------
-
-def device_name() -> str | None:
-    if not has_gpu():
-        return None
-    import torch
-    return torch.cuda.get_device_name()
-
 
 def gpu_at_hand() -> tuple[GpuSpec, str]:
     """The table entry of this machine's GPU, or the L4's, and a sentence saying which and why."""
@@ -311,7 +304,7 @@ def check_cpu(kernel_id: str, shapes=BOOK_CPU_SHAPES, seed: int = 0):
 def bank_counts_cpu(kernel_ids: list[str], shape: Shape, causal: bool = False) -> dict[str, dict]:
     """Shared-memory bank counts of each kernel over one launch on the CPU executor:
     kernel -> kind ("ldmatrix", "cp.async", "ld/st") -> BankCounts (requests, wavefronts, ideal)."""
-    from .check import make_inputs
+    from .pass_rule import make_inputs
     from .cpu import attention_cpu
 
     q, k, v = make_inputs(shape, 0, device="cpu")

@@ -81,7 +81,7 @@ def _kernels(ids) -> list:
 def _check_shape(shape, specs, named: bool, causal: bool = False) -> None:
     """A --shape must suit the kernels: every kernel named must take it; with none named (all of
     them, and bench and profile skip those that cannot take it) at least one must."""
-    from .launch import shape_problem
+    from .contract import shape_problem
 
     problems = [p for s in specs if (p := shape_problem(s, shape, causal))]
     text = "--shape " + " ".join(map(str, shape))
@@ -204,7 +204,7 @@ def _shapes(args, specs) -> list | None:
     check or build: one shape, every kernel named must take it; several shapes for named kernels,
     each must take one of them, and is left out, saying so, where it cannot (bench records that as
     skipped); no kernel named, at least one kernel must take each shape."""
-    from .launch import shape_problem
+    from .contract import shape_problem
     from .shapes import Shape
 
     if not args.shape:

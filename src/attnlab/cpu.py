@@ -12,7 +12,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from . import registry
-from .check import ATOL_FLOOR, INPUT_OFFSET, judge, make_inputs
+from .pass_rule import ATOL_FLOOR, INPUT_OFFSET, judge, make_inputs
 from .registry import KernelSpec
 from .shapes import Shape
 
@@ -132,7 +132,7 @@ def attention_cpu(kernel_id: str | KernelSpec, q, k, v, causal: bool = False, sc
     builds the kernel from a copy of kernels/ instead."""
     import torch
 
-    from .launch import validate
+    from .contract import validate
 
     spec = registry.get(kernel_id) if isinstance(kernel_id, str) else kernel_id
     shape = validate(spec, q, k, v, causal, scale, device="cpu")
@@ -198,7 +198,7 @@ def _split_ctas_cpu(spec, shape, lib, buf, q, k, v, causal, scale, out, options)
 
 # spec.runner -> its CPU counterpart (the GPU runner's launches on the executor).
 _CPU_RUNNERS = {"attnlab.hybrid:run_cublas_hybrid": _hybrid_cpu,
-                "attnlab.split_ctas:run_split_ctas": _split_ctas_cpu}
+                "attnlab.launch:run_split_ctas": _split_ctas_cpu}
 
 
 def bank_claims_broken(spec: KernelSpec, report) -> list[str]:
@@ -241,9 +241,9 @@ def check_case_cpu(spec: KernelSpec, shape: Shape, causal: bool, seed: int, race
 
 def run_suite_cpu(specs, shapes=None, seeds=(0,), progress: bool = True, labels=None) -> list[CpuCase]:
     """check_case_cpu over kernels x shapes (default: cpu_shapes; a shape a kernel cannot take,
-    by launch.shape_problem, is left out for it) x causal x seeds. `labels`, one per spec, name
+    by contract.shape_problem, is left out for it) x causal x seeds. `labels`, one per spec, name
     the kernels in the cases (default: their ids)."""
-    from .launch import shape_problem
+    from .contract import shape_problem
 
     labels = list(labels) if labels is not None else [spec.id for spec in specs]
     if len(labels) != len(specs):

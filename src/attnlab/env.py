@@ -24,6 +24,14 @@ def has_gpu() -> bool:
         return False
 
 
+def device_name() -> str | None:
+    """torch's name of this machine's GPU, or None without one."""
+    if not has_gpu():
+        return None
+    import torch
+    return torch.cuda.get_device_name()
+
+
 def require_gpu(what: str = "this") -> None:
     if not has_gpu():
         raise NoGpuError(f"{what} needs a CUDA GPU, and torch sees none on this machine "

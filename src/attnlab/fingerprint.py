@@ -25,11 +25,11 @@ from .shapes import Shape
 # The modules that time, check and compare, per kind of record: editing one makes that kind's
 # records stale. compile.py is not among them: what it decides is the `build` fingerprint.
 HARNESS = {
-    "bench": ("bench", "check", "reference", "launch", "triton_ref", "shapes"),
-    "check": ("check", "reference", "launch", "shapes"),
-    "sanitize": ("sanitize", "launch"),
-    "search": ("search", "bench", "check", "reference", "launch"),
-    "profile": ("profile", "check", "launch"),
+    "bench": ("bench", "timing", "check", "pass_rule", "reference", "launch", "contract", "triton_ref", "shapes"),
+    "check": ("check", "pass_rule", "reference", "launch", "contract", "shapes"),
+    "sanitize": ("sanitize", "launch", "contract", "pass_rule", "shapes"),
+    "search": ("search", "bench", "timing", "pass_rule", "reference", "launch", "contract"),
+    "profile": ("profile", "pass_rule", "launch", "contract"),
 }
 
 
@@ -131,7 +131,7 @@ def launches_of(rec: dict, kernel_id: str) -> list[tuple[dict | None, Shape]]:
     if kind == "bench":
         out = [(None, Shape(*c["shape"])) for c in rec["cases"] if kernel_id in c["kernels"]]
     elif kind == "sanitize":
-        from .sanitize import SANITIZE_SHAPES
+        from .shapes import SANITIZE_SHAPES
         out = [(None, s) for s in SANITIZE_SHAPES]
     elif kind == "search":
         out = [(c["config"], Shape(*c["shape"])) for c in rec["cases"]

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .launch import AttentionInputError, pointer, run_on_torch_stream
+from .contract import AttentionInputError
+from .launch import pointer, run_on_torch_stream
 from .registry import KernelSpec
 from .shapes import Shape
 

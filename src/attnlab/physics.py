@@ -7,7 +7,7 @@
 - No TFLOP/s (a time, or the measured matmul ceiling) above the peak, and no copy above the DRAM
   bandwidth, with the same margin.
 - Every timing carries its raw per-replay samples: the median and spread a record states must be
-  the ones its samples give (attnlab.bench.summarize), sample by sample above the least time.
+  the ones its samples give (attnlab.timing.summarize), sample by sample above the least time.
 A GPU the datasheet table (attnlab.gpus) does not know is held to the fastest one it does.
 """
 from __future__ import annotations
@@ -42,7 +42,7 @@ def least_us(shape: Shape, causal: bool, gpu: dict) -> float:
 def timing_problems(t, where: str, least: float | None) -> list[str]:
     """Why a timing dict cannot be a real measurement: samples missing or not adding up to its
     median and spread, or a sample below `least` µs."""
-    from .bench import summarize
+    from .timing import summarize
 
     if not isinstance(t, dict):
         return [f"{where}: not a timing"]

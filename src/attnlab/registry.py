@@ -779,7 +779,7 @@ register(KernelSpec(
     **_mma07_cta_split_geometry(_MMA07_TUNING.defaults),
     tuning=_mma07_variant_tuning(_mma07_cta_split_geometry, _mma07_cta_split_tiles),
     **{**_MMA07_COMMON, "extra_sources": _MMA07_COMMON["extra_sources"] + ("../src/attnlab/split_ctas.py",)},
-    runner="attnlab.split_ctas:run_split_ctas",
+    runner="attnlab.launch:run_split_ctas",
     summary="ablation of 07_mma: FlashAttention-2's split, the keys cut across CTAs (grid z), fp32 partials "
             "in global memory merged by a second kernel",
     conflict_free=("ldmatrix", "cp.async", "ld/st"),

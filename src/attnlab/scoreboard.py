@@ -278,7 +278,7 @@ def input_scale_experiment(shape: Shape = MISSION, seeds=(0, 1, 2)) -> list[dict
     from uniform the softmax is (largest weight times the number of keys; 1 = uniform). CPU only."""
     import torch
 
-    from .check import judge
+    from .pass_rule import judge
     from .reference import naive_fp16, reference_attention
 
     out = []

@@ -434,16 +434,16 @@ def _device_arch() -> str:
 
 class DeviceFitness:
     """The real fitness on the GPU at hand: the static gate (no GPU time), then the correctness
-    gate on poisoned output (attnlab.check.judge), then the median device time of CUDA-graph
+    gate on poisoned output (attnlab.pass_rule.judge), then the median device time of CUDA-graph
     replays (attnlab.bench.device_time). Inputs, reference and tolerance are made once."""
 
     def __init__(self, kernel_id: str, shape: Shape = MISSION, causal: bool = False, reps: int = 30,
                  arch: str | None = None):
         import torch
 
-        from .check import make_inputs
+        from .pass_rule import make_inputs
         from .env import require_gpu
-        from .launch import validate
+        from .contract import validate
         from .reference import naive_fp16, reference_attention
 
         require_gpu("a search's fitness")
@@ -460,7 +460,7 @@ class DeviceFitness:
         import torch
 
         from .bench import device_time
-        from .check import judge
+        from .pass_rule import judge
         from .launch import launch
 
         verdict = static_gate(self.kernel_id, config, self.shape.D, self.arch)

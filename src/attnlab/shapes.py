@@ -61,6 +61,10 @@ CH07_TARGET_SHAPES: tuple[Shape, ...] = (MISSION, Shape(4, 16, 4096, 64), Shape(
 # at a tail at the other head dim, before one process times them all.
 PROBE_SHAPES: tuple[Shape, ...] = (MISSION, Shape(1, 2, 333, 128))
 
+# compute-sanitizer's shapes (attnlab.sanitize): a tile tail (L = 77) and a head dim the wide
+# kernels take, both masks; small, because the sanitizer slows kernels by 10-100x.
+SANITIZE_SHAPES: tuple[Shape, ...] = (Shape(1, 2, 77, 64), Shape(1, 1, 130, 128))
+
 
 def sweep(lengths=SWEEP_LENGTHS, B: int = MISSION.B, H: int = MISSION.H, D: int = MISSION.D):
     return tuple(Shape(B, H, L, D) for L in lengths)

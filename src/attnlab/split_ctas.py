@@ -12,6 +12,9 @@ comparison.
 
 The scratch is splits x B*H x L x (D + 2) fp32 words, allocated per call from torch's caching
 allocator (FA2 does the same), so a CUDA graph captures it with the launches.
+
+This module is the route's arithmetic (scratch, launches, arguments), which the GPU's runner
+(attnlab.launch.run_split_ctas) and the CPU executor's (attnlab.cpu) both follow.
 """
 from __future__ import annotations
 
@@ -19,8 +22,7 @@ import math
 
 import numpy as np
 
-from .launch import launch_fused, pointer, run_on_torch_stream
-from .registry import COMBINE_THREADS, KernelSpec
+from .registry import COMBINE_THREADS
 from .shapes import Shape
 
 COMBINE_ENTRY = "attn_combine_07"
@@ -88,24 +90,3 @@ def partial_args(shape: Shape, q, k, v, o_part, ml, causal: bool, scale: float) 
 def combine_args(shape: Shape, o_part, ml, out, splits: int, scale: float) -> tuple:
     """attn_combine_07's arguments: partials, output, rows (B*H*L), D, splits, scale."""
     return (o_part, ml, out, np.int32(shape.heads * shape.L), np.int32(shape.D), np.int32(splits), np.float32(scale))
-
-
-def run_split_ctas(spec: KernelSpec, shape: Shape, q, k, v, out, causal: bool, scale: float) -> None:
-    """softmax(q k^T * scale [+ causal mask]) v into `out` by the split across CTAs: the partial
-    kernel, then the combine, on torch's current stream. The inputs are already validated."""
-    import torch
-
-    from .compile import load_function
-
-    cfg = spec.launch_config(shape)
-    splits = cfg["kv_split"]
-    if splits == 1:  # the unsplit kernel, straight into out
-        return launch_fused(spec, shape, q, k, v, out, causal, scale, cfg)
-    fn = load_function(spec, cfg["entry"], q.device)
-    combine = load_function(spec, COMBINE_ENTRY, q.device)  # both loaded before any work is queued
-    o_shape, ml_shape = scratch_shapes(shape, splits)
-    o_part = torch.empty(o_shape, dtype=torch.float32, device=q.device)
-    ml = torch.empty(ml_shape, dtype=torch.float32, device=q.device)
-    run_on_torch_stream(fn, cfg, partial_args(shape, *map(pointer, (q, k, v, o_part, ml)), causal, scale), q.device)
-    run_on_torch_stream(combine, combine_config(shape),
-                        combine_args(shape, pointer(o_part), pointer(ml), pointer(out), splits, scale), q.device)

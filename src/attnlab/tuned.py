@@ -32,7 +32,7 @@ def spec_for(kernel_id: str, shape: Shape, causal: bool = False, gpu: str | None
     spec = registry.get(kernel_id)
     shape = Shape(*shape)
     if gpu is None:
-        from .book import device_name
+        from .env import device_name
 
         gpu = device_name()
     if spec.tuning is None:
@@ -57,7 +57,8 @@ def attention(kernel_id: str, q, k, v, causal: bool = False, scale: float | None
     """attnlab.attention with the tuned configuration of spec_for (same checks, same launch)."""
     import torch
 
-    from .launch import launch, validate
+    from .contract import validate
+    from .launch import launch
 
     shape = validate(registry.get(kernel_id), q, k, v, causal, scale, out)
     spec, _ = spec_for(kernel_id, shape, causal)
