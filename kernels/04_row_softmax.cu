@@ -3,7 +3,7 @@
 // What changed since chapter 3: the fused kernel is split in three. cuBLAS computes S = Q K^T
 // for all heads on tensor cores (a batched fp16 GEMM with fp32 accumulation, fp16 output), this
 // kernel turns each row of S into probabilities P in place, and cuBLAS computes O = P V. The
-// Python side (src/attnlab/hybrid.py) launches the three on one stream. This kernel keeps
+// Python side (src/attnlab/gpu/hybrid.py) launches the three on one stream. This kernel keeps
 // chapter 3's tools: one warp per row of S, fp32 statistics, attn::warp_max / attn::warp_sum
 // across the 32 lanes, 16-byte loads and stores where the row allows.
 //

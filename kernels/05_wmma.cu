@@ -41,7 +41,7 @@ namespace {
 using namespace attn::wm;
 
 constexpr int THREADS = COMPUTE_WARPS * 32;  // 128: four warps of 16 query rows
-#ifdef ATTN05_BLOCK_N  // chapter 8's search (src/attnlab/search.py); without it, the chapter's value
+#ifdef ATTN05_BLOCK_N  // chapter 8's search (src/attnlab/gpu/search.py); without it, the chapter's value
 constexpr int BLOCK_N = ATTN05_BLOCK_N;
 #else
 constexpr int BLOCK_N = 64;                  // keys per tile
@@ -51,7 +51,7 @@ template <int D>
 constexpr int smem_bytes() {
     return 2 * Tiles<D, BLOCK_N>::KV_TILE_BYTES + Tiles<D, BLOCK_N>::WORK_BYTES;
 }
-// src/attnlab/registry.py computes the same numbers (its tests read them from here); a searched
+// src/attnlab/kernels/registry.py computes the same numbers (its tests read them from here); a searched
 // configuration's sizes come from the registry's KernelSpec.with_config.
 #if !defined(ATTN_WMMA_BLOCK_M) && !defined(ATTN05_BLOCK_N)
 static_assert(smem_bytes<64>() == 62464, "dynamic smem at D = 64");

@@ -68,7 +68,7 @@ struct Roles {
 };
 
 // Keys per tile: 64 at D = 64 (as chapter 5), 32 at D = 128 (three stages of 64 would not fit).
-// Chapter 8's search (src/attnlab/search.py) sets both with -DATTN06_BLOCK_N_D64=... -DATTN06_BLOCK_N_D128=...
+// Chapter 8's search (src/attnlab/gpu/search.py) sets both with -DATTN06_BLOCK_N_D64=... -DATTN06_BLOCK_N_D128=...
 #ifdef ATTN06_BLOCK_N_D64
 template <int D>
 constexpr int BLOCK_N = D == 64 ? ATTN06_BLOCK_N_D64 : ATTN06_BLOCK_N_D128;
@@ -81,7 +81,7 @@ template <int D, int STAGES>
 constexpr int smem_bytes() {
     return STAGES * 2 * Tiles<D, BLOCK_N<D>>::KV_TILE_BYTES + Tiles<D, BLOCK_N<D>>::WORK_BYTES;
 }
-// src/attnlab/registry.py computes the same numbers (its tests read them from here); a searched
+// src/attnlab/kernels/registry.py computes the same numbers (its tests read them from here); a searched
 // configuration's sizes come from the registry's KernelSpec.with_config.
 #if !defined(ATTN_WMMA_BLOCK_M) && !defined(ATTN06_BLOCK_N_D64)
 static_assert(smem_bytes<64, 1>() == 62464 && smem_bytes<64, 2>() == 80896 &&
@@ -237,7 +237,7 @@ __device__ __forceinline__ void dispatch(const __half* q, const __half* k, const
 // __launch_bounds__(threads, 1): shared memory already limits an SM to one or a few blocks, so
 // registers need not be rationed for occupancy (without the 1, ptxas caps some variants at 128
 // registers on sm_90 and spills).
-// Chapter 8's search (src/attnlab/search.py) may set the stages and producer warps of this entry.
+// Chapter 8's search (src/attnlab/gpu/search.py) may set the stages and producer warps of this entry.
 #ifndef ATTN06_SWEEP_VARIANT
 #ifndef ATTN06_STAGES
 #define ATTN06_STAGES 2

@@ -86,7 +86,7 @@
 #include "swizzle.cuh"
 
 namespace {
-// Chapter 8's search (src/attnlab/search.py) may set WARPS, the key tiles, the stages and
+// Chapter 8's search (src/attnlab/gpu/search.py) may set WARPS, the key tiles, the stages and
 // MIN_CTAS_PER_SM with -DATTN07_WARPS=... -DATTN07_BLOCK_N_D64=... -DATTN07_BLOCK_N_D128=...
 // -DATTN07_STAGES_D64=... -DATTN07_STAGES_D128=... -DATTN07_MIN_CTAS=...; without them, the
 // chapter's values (the L4's).

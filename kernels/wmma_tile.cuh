@@ -36,7 +36,7 @@ namespace wm {
 
 using namespace nvcuda;
 
-// Chapter 8's search (src/attnlab/search.py) may set BLOCK_M with -DATTN_WMMA_BLOCK_M=...; without
+// Chapter 8's search (src/attnlab/gpu/search.py) may set BLOCK_M with -DATTN_WMMA_BLOCK_M=...; without
 // it, the chapters' value below.
 #ifdef ATTN_WMMA_BLOCK_M
 constexpr int BLOCK_M = ATTN_WMMA_BLOCK_M;

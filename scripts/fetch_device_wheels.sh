@@ -2,7 +2,7 @@
 # Download into .whl/ (ignored) the wheels the GPU machine ("the device") needs to execute the
 # book's notebooks: the Jupyter kernel stack, papermill, nbval, jupytext and myst-nb, pinned in
 # scripts/device_wheels.txt, for its CPython 3.12 on x86-64 manylinux. The device has no network;
-# the wheels travel with the working tree (carry .whl; attnlab.carry holds the whole carry to 48 MiB).
+# the wheels travel with the working tree (carry .whl; attnlab.session.carry holds the whole carry to 48 MiB).
 #
 #   bash scripts/fetch_device_wheels.sh        # from any directory; needs the package index
 #
@@ -30,17 +30,17 @@
 # index is not asked at all. A wheel of a pinned name at another version is removed (two versions
 # of one name stop the whole install). At the end scripts/check_device_wheels.py checks that the set
 # is closed (every requirement is a wheel here or a package of the device's image); the total size
-# is printed, and more than attnlab.carry.WHEELS_MAX_MIB fails.
+# is printed, and more than attnlab.session.carry.WHEELS_MAX_MIB fails.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 LIST=$ROOT/scripts/device_wheels.txt
 DEST=$ROOT/.whl
 PYTHON=${PYTHON:-python3}  # with pip, and `packaging` for the checker (the project's .venv has both)
-# The most the wheels may weigh: attnlab.carry counts them at this in the carry's bound (read from
+# The most the wheels may weigh: attnlab.session.carry counts them at this in the carry's bound (read from
 # its source: this script needs no more than pip and `packaging`).
-MAX_MIB=$(sed -n 's/^WHEELS_MAX_MIB *= *\([0-9][0-9]*\).*/\1/p' "$ROOT/src/attnlab/carry.py")
-[ -n "$MAX_MIB" ] || { echo "no WHEELS_MAX_MIB in src/attnlab/carry.py" >&2; exit 1; }
+MAX_MIB=$(sed -n 's/^WHEELS_MAX_MIB *= *\([0-9][0-9]*\).*/\1/p' "$ROOT/src/attnlab/session/carry.py")
+[ -n "$MAX_MIB" ] || { echo "no WHEELS_MAX_MIB in src/attnlab/session/carry.py" >&2; exit 1; }
 
 mkdir -p "$DEST"
 
@@ -89,6 +89,6 @@ count=$(ls "$DEST"/*.whl | wc -l)
 awk -v t="$total" -v c="$count" 'BEGIN {printf "%d wheels in .whl/, %.1f MiB in all\n", c, t / 1048576}'
 "$PYTHON" "$ROOT/scripts/check_device_wheels.py" --wheels "$DEST" --list "$LIST"
 if [ "$total" -gt $((MAX_MIB * 1024 * 1024)) ]; then
-  echo "FAIL: .whl/ holds more than $MAX_MIB MiB, the wheels' share of the carry (attnlab.carry)" >&2
+  echo "FAIL: .whl/ holds more than $MAX_MIB MiB, the wheels' share of the carry (attnlab.session.carry)" >&2
   exit 1
 fi

@@ -3,18 +3,18 @@
 #   .whl/            the Python wheels the stages import and the GPU image does not hold
 #   .attnlab-cache/  prebuilt-sm_90.tar.xz: every registered kernel's sm_90 cubin and the ptxas
 #                    reports chapter 8's page reads, built by the environment's nvcc
-#                    (requirements.txt) and packed with xz (attnlab.carry); a GPU image whose nvcc
+#                    (requirements.txt) and packed with xz (attnlab.session.carry); a GPU image whose nvcc
 #                    is the same build finds them under its keys, and each stage builds there what
-#                    it needs and does not find (attnlab.prebuild)
+#                    it needs and does not find (attnlab.session.prebuild)
 # Both are ignored by git and carried to the GPU machine with the working tree. The whole is held
-# to attnlab.carry's budget (48 MiB of the 64 MiB the machine accepts): this script fails above it,
+# to attnlab.session.carry's budget (48 MiB of the 64 MiB the machine accepts): this script fails above it,
 # and so does tests/test_carry.py, from the registry and the search space alone.
 # Run from the repository (after scripts/setup_env.sh).
 #   bash scripts/gpu_prepare.sh [ARCH]        # ARCH: sm_90 (H100, H200) by default
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ARCH=${1:-sm_90}
-# A record of uncommitted changes is never shown (attnlab.provenance): GPU minutes spent on one are
+# A record of uncommitted changes is never shown (attnlab.records.provenance): GPU minutes spent on one are
 # lost. A rehearsal makes no record and may run on a dirty tree (ATTNLAB_ALLOW_DIRTY=1).
 if [ -n "$(git status --porcelain -- kernels src)" ] && [ "${ATTNLAB_ALLOW_DIRTY:-0}" != 1 ]; then
   echo "kernels/ or src/ has uncommitted changes: commit them first, or no record of this session can be shown" >&2
@@ -36,7 +36,7 @@ PYTHONPATH=$PWD/src "$PY" -m attnlab prebuild --arch "$ARCH" --into .attnlab-cac
 { echo "ATTNLAB_GIT_COMMIT=$(git rev-parse HEAD)"
   echo "ATTNLAB_GIT_TIME=$(git show -s --format=%ct HEAD)"
   echo "ATTNLAB_GIT_DIRTY=$([ -z "$(git status --porcelain -- kernels src)" ] && echo 0 || echo 1)"
-  echo "ATTNLAB_GIT_TREE=$(PYTHONPATH=$PWD/src "$PY" -c 'from attnlab.provenance import tree_digest; print(tree_digest())')"
+  echo "ATTNLAB_GIT_TREE=$(PYTHONPATH=$PWD/src "$PY" -c 'from attnlab.records.provenance import tree_digest; print(tree_digest())')"
 } > .attnlab-cache/git.env
-PYTHONPATH=$PWD/src "$PY" -m attnlab.carry --arch "$ARCH"   # the bound and the real carry, within budget
+PYTHONPATH=$PWD/src "$PY" -m attnlab.session.carry --arch "$ARCH"   # the bound and the real carry, within budget
 echo 'carry: [".whl", ".attnlab-cache"]'

@@ -54,20 +54,20 @@ cp -r .whl .attnlab-cache "$WORK/tree/"
 
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || mapfile -t stages < <(PYTHONPATH=src "$PY" -c \
-  'from attnlab.session import STAGES; print("\n".join(s.name for s in STAGES))')
+  'from attnlab.session.stages import STAGES; print("\n".join(s.name for s in STAGES))')
 
 status=0
 cd "$WORK/tree"
 echo "== process isolation"
-PYTHONPATH=src "$PY" -m attnlab.session --isolation-demo || status=1
-echo "== the stages: $(PYTHONPATH=src "$PY" -m attnlab.session --list | grep "^total")"
+PYTHONPATH=src "$PY" -m attnlab.session.stages --isolation-demo || status=1
+echo "== the stages: $(PYTHONPATH=src "$PY" -m attnlab.session.stages --list | grep "^total")"
 for stage in "${stages[@]}"; do
   rm -rf "$WORK/out/$stage"; mkdir -p "$WORK/out/$stage"
   # The rehearsal gives each stage more time than the device would: papermill on a CPU runs the
   # pages' CPU-executor checks, and a CPU is slower than the GPU at everything the pages do.
   OUT=$WORK/out/$stage PYTHON=$PY ATTNLAB_REHEARSE=1 ATTNLAB_SESSION_DEADLINE=3600 ATTNLAB_SESSION_TIMEOUT_SCALE=4 \
     ATTNLAB_SITE=$WORK/site bash scripts/gpu_session.sh "$stage" || status=1
-  PYTHONPATH=src "$PY" -m attnlab.session --check-out "$WORK/out/$stage" || status=1
+  PYTHONPATH=src "$PY" -m attnlab.session.stages --check-out "$WORK/out/$stage" || status=1
 done
 cd "$ROOT"
 

@@ -23,7 +23,7 @@ export ATTNLAB_CACHE=${ATTNLAB_CACHE:-$PWD/.attnlab-cache}
 export ATTNLAB_NVCC=${ATTNLAB_NVCC:-system}
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 if [ "${1:-}" = "--list" ] || [ $# -eq 0 ]; then
-  exec "$PY" -m attnlab.session --list
+  exec "$PY" -m attnlab.session.stages --list
 fi
 # A copy without .git: the commit stamped by gpu_prepare.sh names what the records measured.
 if ! git rev-parse HEAD >/dev/null 2>&1 && [ -f .attnlab-cache/git.env ]; then
@@ -43,7 +43,7 @@ if compgen -G ".whl/*.whl" >/dev/null; then
 fi
 status=0
 for stage in "$@"; do
-  "$PY" -m attnlab.session "$stage" --out "$OUT" ${ATTNLAB_REHEARSE:+--rehearse} \
+  "$PY" -m attnlab.session.stages "$stage" --out "$OUT" ${ATTNLAB_REHEARSE:+--rehearse} \
     ${ATTNLAB_SESSION_DEADLINE:+--deadline "$ATTNLAB_SESSION_DEADLINE"} || status=1
 done
 exit $status

@@ -14,7 +14,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from attnlab.timing import summarize
+from attnlab.records.timing import summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU_NAME = "TEST GPU (NVIDIA L4 table entry)"
@@ -64,9 +64,9 @@ def fake_gpu(name=GPU_NAME, cc="8.9", sms=58) -> dict:
 
 
 def new_test_record(kind, specs, settings=None, gpu=GPU_NAME, created=None, make=None, cc="8.9", sms=58) -> dict:
-    """attnlab.results.new_record (or `make`, the same function saved before a test replaced it) on
+    """attnlab.records.results.new_record (or `make`, the same function saved before a test replaced it) on
     TEST GPU, made in the repository ATTNLAB_ROOT names."""
-    from attnlab.results import new_record
+    from attnlab.records.results import new_record
 
     rec = (make or new_record)(kind, specs, settings, gpu=fake_gpu(gpu, cc, sms), software={"torch": "0"})
     if created:
@@ -77,9 +77,9 @@ def new_test_record(kind, specs, settings=None, gpu=GPU_NAME, created=None, make
 def older(rec: dict) -> dict:
     """Rebind a record to the OLDER commit, with the hashes of that commit's files: what a run at
     that commit would have written."""
-    from attnlab.fingerprint import harness_digests, source_digest
-    from attnlab.provenance import find_commit, repo_root
-    from attnlab.registry import KERNELS
+    from attnlab.records.fingerprint import harness_digests, source_digest
+    from attnlab.records.provenance import find_commit, repo_root
+    from attnlab.kernels.registry import KERNELS
 
     sha = git(repo_root(), "rev-parse", "HEAD~1")
     commit, why = find_commit(sha)
@@ -103,8 +103,8 @@ def synthetic_record(created="2026-01-01T00:00:00Z", kernel="01_scalar", older_s
                      shapes=((1, 8, 512, 64),), gpu=GPU_NAME, also=(), cc="8.9", sms=58):
     """A bench record of `kernel` (and of the kernels `also` names, timed alike) on TEST GPU (or
     `gpu`, of compute capability `cc` and `sms` SMs)."""
-    from attnlab.registry import get
-    from attnlab.results import seal
+    from attnlab.kernels.registry import get
+    from attnlab.records.results import seal
 
     kernels = [kernel, *also]
     arch = "sm_" + cc.replace(".", "")

@@ -1,9 +1,9 @@
-"""Chapter 1's bank figure (attnlab.banks): 32 consecutive halves are 16 words in 16 banks, two
+"""Chapter 1's bank figure (attnlab.book.banks): 32 consecutive halves are 16 words in 16 banks, two
 lanes to a word, one wavefront, by the rule the CPU executor counts by."""
 import matplotlib
 import pytest
 
-from attnlab import banks
+from attnlab.book import banks
 
 
 def test_32_halves_span_16_banks_two_lanes_to_a_word():
@@ -36,12 +36,12 @@ def test_bank_figure_draws(tmp_path):
 def test_the_cpu_executor_counts_the_same_for_chapter_1():
     """The kernel's own shared-memory loads and stores, on the CPU executor: as many wavefronts as
     a conflict-free kernel needs."""
-    from attnlab import book
-    from attnlab.executor import ExecutorUnavailable
+    from attnlab.book import page
+    from attnlab.executor.build import ExecutorUnavailable
     from attnlab.shapes import Shape
 
     try:
-        counts = book.bank_counts_cpu(["01_scalar"], Shape(1, 1, 64, 64))["01_scalar"]["ld/st"]
+        counts = page.bank_counts_cpu(["01_scalar"], Shape(1, 1, 64, 64))["01_scalar"]["ld/st"]
     except ExecutorUnavailable as exc:
         pytest.skip(str(exc))
     assert counts.requests > 0 and counts.wavefronts == counts.ideal

@@ -19,7 +19,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attnlab import measured
+from attnlab.book import measured
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -89,8 +89,8 @@ def _ignored_output_text(path: Path) -> str:
 def test_no_time_is_shown_without_a_fresh_record():
     """While no kernel of a chapter has a fresh bench record, its committed page must say so, once,
     and show no time: numbers come from records, never from a notebook alone."""
-    from attnlab.book import fresh_records
-    from attnlab.registry import KERNELS
+    from attnlab.book.page import fresh_records
+    from attnlab.kernels.registry import KERNELS
 
     # Chapters that measure other chapters' kernels: 8 searches the kernels of 5-7, 9 scores them all.
     measures = {8: (5, 6, 7), 9: tuple(range(1, 8))}
@@ -170,16 +170,16 @@ def test_sanitize_file_masks_units():
 
 @pytest.fixture
 def no_gpu(monkeypatch):
-    from attnlab import book
+    from attnlab.book import page
 
-    monkeypatch.setattr(book, "has_gpu", lambda: False)
-    return book
+    monkeypatch.setattr(page, "has_gpu", lambda: False)
+    return page
 
 
 def _check_record(kernel="01_scalar", older_source=False, created="2026-01-02T00:00:00Z"):
     from synthetic import new_test_record, older
 
-    from attnlab.registry import get
+    from attnlab.kernels.registry import get
 
     rec = new_test_record("check", [get(kernel, "sm_89")], {"seeds": [0]}, created=created)
     rec["cases"] = [{"kernel": kernel, "shape": [1, 8, 512, 64], "causal": c, "seed": 0, "passed": True,
@@ -189,14 +189,14 @@ def _check_record(kernel="01_scalar", older_source=False, created="2026-01-02T00
 
 
 def test_without_records_the_steps_say_so(results, no_gpu, capsys):
-    book = no_gpu
-    cpu_cases = book.check("01_scalar")  # no GPU: the same .cu on the CPU executor, no record to add
+    page = no_gpu
+    cpu_cases = page.check("01_scalar")  # no GPU: the same .cu on the CPU executor, no record to add
     out = capsys.readouterr().out
     assert cpu_cases and all(c.passed and c.kernel == "01_scalar" for c in cpu_cases)
-    assert {c.shape for c in cpu_cases} == {tuple(s) for s in book.BOOK_CPU_SHAPES}
+    assert {c.shape for c in cpu_cases} == {tuple(s) for s in page.BOOK_CPU_SHAPES}
     assert "kernels/01_scalar.cu, run on attnlab's CPU executor" in out and "never a timing" in out
     assert "GPU check record" not in out
-    assert book.bench(["01_scalar"]) is None
+    assert page.bench(["01_scalar"]) is None
     assert "No fresh measurement of 01_scalar" in measured.measured_sentence(None, "01_scalar")
     assert measured.case_time(None, "01_scalar") is None
     assert measured.recorded_gpus() == []
@@ -205,15 +205,15 @@ def test_without_records_the_steps_say_so(results, no_gpu, capsys):
 def test_fresh_records_are_shown_labelled(results, no_gpu, capsys):
     from synthetic import synthetic_record
 
-    from attnlab.results import write_record
+    from attnlab.records.results import write_record
     from attnlab.shapes import MISSION
 
-    book = no_gpu
+    page = no_gpu
     write_record(synthetic_record(shapes=[(1, 8, L, 64) for L in (256, 512, 1024)]), results)
     write_record(_check_record(), results)
-    rec = book.bench(["01_scalar"])
+    rec = page.bench(["01_scalar"])
     assert rec is not None and rec["gpu"]["name"].startswith("TEST GPU")
-    shown = book.check("01_scalar")
+    shown = page.check("01_scalar")
     assert shown and all(r.passed for r in shown)
     out = capsys.readouterr().out
     assert "Committed bench record:\n  TEST GPU" in out and "2026-01-01" in out
@@ -222,41 +222,41 @@ def test_fresh_records_are_shown_labelled(results, no_gpu, capsys):
     sentence = measured.measured_sentence(rec, "01_scalar")
     assert "100.0 µs" in sentence and "flash" in sentence and "floor" in sentence
     assert measured.case_time(rec, "01_scalar", MISSION, True) == 100.0
-    assert measured.latest_bench(book.by_key("L4")) is not None
+    assert measured.latest_bench(page.by_key("L4")) is not None
     assert "fresh kernels: 01_scalar" in measured.recorded_gpus()[0]
-    fig = measured.roofline(book.by_key("L4"), rec)
+    fig = measured.roofline(page.by_key("L4"), rec)
     assert len(fig.axes[0].collections) == len(measured.roofline_points(rec))
 
 
 def test_stale_records_are_not_shown(results, no_gpu, capsys):
     from synthetic import synthetic_record
 
-    from attnlab.results import write_record
+    from attnlab.records.results import write_record
 
-    book = no_gpu
+    page = no_gpu
     write_record(synthetic_record(older_source=True), results)
     write_record(_check_record(older_source=True), results)
-    assert book.fresh_records("bench", "01_scalar") == []
-    assert book.bench(["01_scalar"]) is None
-    assert book.check("01_scalar") and "GPU check record" not in capsys.readouterr().out
-    assert "is not fresh: its source changed: kernels/01_scalar.cu" in book._stale_note("bench", "01_scalar")
+    assert page.fresh_records("bench", "01_scalar") == []
+    assert page.bench(["01_scalar"]) is None
+    assert page.check("01_scalar") and "GPU check record" not in capsys.readouterr().out
+    assert "is not fresh: its source changed: kernels/01_scalar.cu" in page._stale_note("bench", "01_scalar")
     assert "fresh kernels: none" in measured.recorded_gpus()[0]
 
 
 def test_only_fresh_kernels_of_a_record_are_shown(results, scratch_repository):
     from synthetic import git, synthetic_record
 
-    from attnlab import book
-    from attnlab.results import write_record
+    from attnlab.book import page
+    from attnlab.records.results import write_record
 
     path = write_record(synthetic_record(also=["02_block_tiling"]))
     source = scratch_repository / "kernels" / "02_block_tiling.cu"
     source.write_text(source.read_text() + "\n// changed since\n")
     git(scratch_repository, "commit", "-q", "-am", "change 02", date="2020-01-03T00:00:00Z")
-    [kept] = book.fresh_records("bench", "01_scalar")
+    [kept] = page.fresh_records("bench", "01_scalar")
     assert set(kept["kernels"]) == {"01_scalar"}
     assert all(set(c["kernels"]) == {"01_scalar"} for c in kept["cases"])
-    assert book.fresh_records("bench", "02_block_tiling") == []
+    assert page.fresh_records("bench", "02_block_tiling") == []
     assert "02_block_tiling" in json.loads(path.read_text())["kernels"], "the record itself is left alone"
 
 
@@ -264,37 +264,37 @@ def test_gpu_path_measures_asserts_and_saves(results, monkeypatch, capsys):
     """The GPU branch, with the measurement itself replaced: what it prints, saves and asserts."""
     from synthetic import synthetic_record
 
-    import attnlab.bench
-    import attnlab.check
-    import attnlab.results
-    from attnlab import book
-    from attnlab.check import CaseResult
+    import attnlab.gpu.bench
+    import attnlab.gpu.check
+    import attnlab.records.results
+    from attnlab.book import page
+    from attnlab.gpu.check import CaseResult
 
-    monkeypatch.setattr(book, "has_gpu", lambda: True)
-    monkeypatch.setattr(book, "device_name", lambda: "TEST GPU (NVIDIA L4 table entry)")
+    monkeypatch.setattr(page, "has_gpu", lambda: True)
+    monkeypatch.setattr(page, "device_name", lambda: "TEST GPU (NVIDIA L4 table entry)")
     made = _check_record()  # made before new_record is replaced, as the bench records below
-    timed = synthetic_record(shapes=[tuple(s) for s in book.bench_shapes(True)])
+    timed = synthetic_record(shapes=[tuple(s) for s in page.bench_shapes(True)])
     wrong = synthetic_record()
-    monkeypatch.setattr(attnlab.results, "new_record", lambda kind, specs, settings=None: {
+    monkeypatch.setattr(attnlab.records.results, "new_record", lambda kind, specs, settings=None: {
         **made, "cases": [], "settings": settings or {}})
     passed = [CaseResult("01_scalar", (1, 8, 512, 64), False, 0, True, 1e-4, 1e-3, 2.1e-3, 5e-4)]
-    monkeypatch.setattr(attnlab.check, "run_suite", lambda specs, seeds, progress: passed)
-    monkeypatch.setattr(attnlab.bench, "run_bench", lambda specs, shapes, quick, progress: timed)
+    monkeypatch.setattr(attnlab.gpu.check, "run_suite", lambda specs, seeds, progress: passed)
+    monkeypatch.setattr(attnlab.gpu.bench, "run_bench", lambda specs, shapes, quick, progress: timed)
 
-    assert book.check("01_scalar", save=True) == passed
-    rec = book.bench(["01_scalar"], quick=True, save=True)
+    assert page.check("01_scalar", save=True) == passed
+    rec = page.bench(["01_scalar"], quick=True, save=True)
     assert rec["cases"] and len(list(results.rglob("*.json"))) == 2
     out = capsys.readouterr().out
     assert "Checked now on TEST GPU" in out and "Measured now:\n  TEST GPU" in out
 
     failed = [CaseResult("01_scalar", (1, 2, 17, 64), True, 0, False, 1.0, 1e-3, 2.1e-3, 5e-4, "max error")]
-    monkeypatch.setattr(attnlab.check, "run_suite", lambda specs, seeds, progress: failed)
+    monkeypatch.setattr(attnlab.gpu.check, "run_suite", lambda specs, seeds, progress: failed)
     with pytest.raises(AssertionError, match="1 cases failed"):
-        book.check("01_scalar")
+        page.check("01_scalar")
     wrong["cases"][0]["kernels"]["01_scalar"]["check"]["passed"] = False
-    monkeypatch.setattr(attnlab.bench, "run_bench", lambda specs, shapes, quick, progress: wrong)
+    monkeypatch.setattr(attnlab.gpu.bench, "run_bench", lambda specs, shapes, quick, progress: wrong)
     with pytest.raises(AssertionError, match="no result"):
-        book.bench(["01_scalar"])
+        page.bench(["01_scalar"])
 
 
 def test_chapter_renders_figures_from_a_record(results, tmp_path):
@@ -303,7 +303,7 @@ def test_chapter_renders_figures_from_a_record(results, tmp_path):
     import papermill
     from synthetic import synthetic_record
 
-    from attnlab.results import write_record
+    from attnlab.records.results import write_record
     from attnlab.shapes import QUICK_SWEEP_LENGTHS
 
     write_record(synthetic_record(shapes=[(1, 8, L, 64) for L in QUICK_SWEEP_LENGTHS]), results)

@@ -1,7 +1,8 @@
-"""The helpers chapter 7's page draws on (attnlab.fragments, attnlab.swizzle, attnlab.kernel_view): PTX fragment maps, the swizzle's bank
-model, the occupancy arithmetic, and the target-shape bench in both modes (the GPU's measurement
-replaced by a synthetic record); the lane-map figure's text readable at the book's column width;
-and the committed page pointing only at measurements it shows."""
+"""The helpers chapter 7's page draws on (attnlab.book: fragments, swizzle, kernel_view): PTX
+fragment maps, the swizzle's bank model, the occupancy arithmetic, and the target-shape bench in
+both modes (the GPU's measurement replaced by a synthetic record); the lane-map figure's text
+readable at the book's column width; and the committed page pointing only at measurements it
+shows."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnlab import book, fragments, kernel_view, measured, swizzle
-from attnlab.registry import _MMA07_BLOCK_M, _MMA07_BLOCK_N, get
+from attnlab.book import fragments, kernel_view, measured, page, swizzle
+from attnlab.kernels.registry import _MMA07_BLOCK_M, _MMA07_BLOCK_N, get
 from attnlab.shapes import Shape
 
 
@@ -57,15 +58,15 @@ def _record(shapes, kernel="07_mma"):
 def test_bench_at_without_a_gpu_shows_only_a_record_holding_every_shape(results, monkeypatch, capsys):
     from synthetic import scale
 
-    from attnlab.results import write_record
+    from attnlab.records.results import write_record
 
-    monkeypatch.setattr(book, "has_gpu", lambda: False)
+    monkeypatch.setattr(page, "has_gpu", lambda: False)
     targets = [Shape(1, 8, 512, 64), Shape(4, 16, 4096, 64)]
-    assert book.bench_at(["07_mma"], targets) is None
+    assert page.bench_at(["07_mma"], targets) is None
     write_record(_record(targets[:1]), results)
-    assert book.bench_at(["07_mma"], targets) is None, "a record missing a shape is not shown"
+    assert page.bench_at(["07_mma"], targets) is None, "a record missing a shape is not shown"
     write_record({**_record(targets), "created_utc": "2026-01-03T00:00:00Z"}, results)
-    rec = book.bench_at(["07_mma"], targets)
+    rec = page.bench_at(["07_mma"], targets)
     assert rec is not None and "Committed bench record" in capsys.readouterr().out
     rows = measured.record_rows(rec)
     assert len(rows) == 4 and all(r["sdpa_flash_us"] == pytest.approx(20.0 * scale(r["shape"])) for r in rows)
@@ -74,18 +75,18 @@ def test_bench_at_without_a_gpu_shows_only_a_record_holding_every_shape(results,
 
 
 def test_bench_at_on_a_gpu_measures_saves_and_refuses_wrong_output(results, monkeypatch, capsys):
-    import attnlab.bench
+    import attnlab.gpu.bench
 
-    monkeypatch.setattr(book, "has_gpu", lambda: True)
+    monkeypatch.setattr(page, "has_gpu", lambda: True)
     seen = {}
 
     def fake_run_bench(specs, shapes, quick, progress):
         seen["shapes"] = list(shapes)
         return _record(shapes)
 
-    monkeypatch.setattr(attnlab.bench, "run_bench", fake_run_bench)
+    monkeypatch.setattr(attnlab.gpu.bench, "run_bench", fake_run_bench)
     targets = [Shape(2, 16, 4096, 128)]
-    rec = book.bench_at(["07_mma"], targets, save=True)
+    rec = page.bench_at(["07_mma"], targets, save=True)
     assert seen["shapes"] == targets and rec["cases"]
     assert "Measured now" in capsys.readouterr().out and len(list(results.rglob("*.json"))) == 1
 
@@ -94,9 +95,9 @@ def test_bench_at_on_a_gpu_measures_saves_and_refuses_wrong_output(results, monk
         rec["cases"][0]["kernels"]["07_mma"]["check"]["passed"] = False
         return rec
 
-    monkeypatch.setattr(attnlab.bench, "run_bench", wrong)
+    monkeypatch.setattr(attnlab.gpu.bench, "run_bench", wrong)
     with pytest.raises(AssertionError, match="no result"):
-        book.bench_at(["07_mma"], targets)
+        page.bench_at(["07_mma"], targets)
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,16 +120,16 @@ def test_the_lane_map_reads_at_the_books_column_width():
 
     fig = fragments.mma_fragment_figure()
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=book.FIGURE_DPI, metadata={"Software": None})
+    fig.savefig(buf, format="png", dpi=page.FIGURE_DPI, metadata={"Software": None})
     width = _png_width(buf.getvalue())
-    assert abs(width - fig.get_size_inches()[0] * book.FIGURE_DPI) < 1
-    smallest = fragments.smallest_text_px(fig, book.FIGURE_DPI)
+    assert abs(width - fig.get_size_inches()[0] * page.FIGURE_DPI) < 1
+    smallest = fragments.smallest_text_px(fig, page.FIGURE_DPI)
     plt.close(fig)
     assert smallest >= fragments.READABLE_PX, f"{smallest:.1f} px at a {fragments.COLUMN_PX} px column"
     # the old figure (10 in wide, 7 pt digits) read at 7 px there: the measure sees it
     old = plt.figure(figsize=(10, 11))
     old.text(0.5, 0.5, "31", fontsize=7)
-    assert fragments.smallest_text_px(old, book.FIGURE_DPI) < fragments.READABLE_PX
+    assert fragments.smallest_text_px(old, page.FIGURE_DPI) < fragments.READABLE_PX
     plt.close(old)
 
     nb = nbformat.read(ROOT / "book" / "ch07_mma_swizzle.ipynb", as_version=4)

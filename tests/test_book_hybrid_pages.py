@@ -35,8 +35,8 @@ def _glued(nb) -> list[str]:
 def test_measured_hybrid_sits_next_to_chapter_4s_prediction(name, results, tmp_path):
     from synthetic import synthetic_record
 
-    from attnlab import hybrid_model
-    from attnlab.results import write_record
+    from attnlab.book import hybrid_model
+    from attnlab.records.results import write_record
     from attnlab.shapes import MISSION, QUICK_SWEEP_LENGTHS
 
     write_record(synthetic_record(kernel="04_cublas_hybrid", also=("03_warp_rows_4w", "03_warp_rows_8w"),

@@ -5,20 +5,21 @@ from __future__ import annotations
 
 import pytest
 
-from attnlab import MISSION, book, scoreboard
+from attnlab import MISSION
+from attnlab.book import page, scoreboard
 
 
 @pytest.fixture
 def notices(monkeypatch):
     """The notices a page prints, captured, on a machine without a GPU."""
     said: list[str] = []
-    monkeypatch.setattr(book, "has_gpu", lambda: False)
-    monkeypatch.setattr(book, "notice", said.append)
+    monkeypatch.setattr(page, "has_gpu", lambda: False)
+    monkeypatch.setattr(page, "notice", said.append)
     return said
 
 
 def test_page_without_records_says_so_once_with_the_command(results, notices):
-    assert book.page_status(["01_scalar"], "ch01_scalar") is False
+    assert page.page_status(["01_scalar"], "ch01_scalar") is False
     assert len(notices) == 1
     text = notices[0]
     assert text.startswith("**Nothing on this page is measured yet.**")
@@ -29,27 +30,27 @@ def test_page_without_records_says_so_once_with_the_command(results, notices):
 def test_page_with_a_fresh_record_shows_the_mode_line_only(results, notices):
     from synthetic import synthetic_record
 
-    from attnlab.results import write_record
+    from attnlab.records.results import write_record
 
     write_record(synthetic_record(), results)
-    assert book.page_status(["01_scalar"], "ch01_scalar") is True
-    assert notices == [book.mode_line()]
+    assert page.page_status(["01_scalar"], "ch01_scalar") is True
+    assert notices == [page.mode_line()]
     assert "Nothing on this page" not in notices[0]
 
 
 def test_page_of_several_kernels_counts_any_fresh_record(results, notices):
     from synthetic import synthetic_record
 
-    from attnlab.results import write_record
+    from attnlab.records.results import write_record
 
-    assert book.page_status(["01_scalar", "02_block_tiling"], "ch09_scoreboard") is False
+    assert page.page_status(["01_scalar", "02_block_tiling"], "ch09_scoreboard") is False
     assert "None of its 2 kernels" in notices[-1]
     write_record(synthetic_record(kernel="02_block_tiling"), results)
-    assert book.page_status(["01_scalar", "02_block_tiling"], "ch09_scoreboard") is True
+    assert page.page_status(["01_scalar", "02_block_tiling"], "ch09_scoreboard") is True
 
 
 def test_bench_without_a_record_prints_nothing(results, notices, capsys):
-    assert book.bench(["01_scalar"]) is None
+    assert page.bench(["01_scalar"]) is None
     assert notices == [] and capsys.readouterr().out == ""
 
 
@@ -58,8 +59,8 @@ def test_glue_md_glues_markdown_or_nothing(monkeypatch):
 
     glued = {}
     monkeypatch.setattr(myst_nb, "glue", lambda name, value, display: glued.__setitem__(name, value))
-    book.glue_md("a", "**Measured.** 1 µs.")
-    book.glue_md("b", None)
+    page.glue_md("a", "**Measured.** 1 µs.")
+    page.glue_md("b", None)
     assert glued["a"].data == "**Measured.** 1 µs."
     assert glued["b"].data == ""
 
@@ -68,7 +69,7 @@ def test_chapter_kernels_are_each_chapters_own():
     own = scoreboard.chapter_kernels()
     assert list(own) == list(range(1, 8))
     assert own[7] == "07_mma" and own[3] == "03_warp_rows_4w"
-    from attnlab.registry import KERNELS
+    from attnlab.kernels.registry import KERNELS
     assert all(KERNELS[k].variant_of is None and KERNELS[k].chapter == c for c, k in own.items())
 
 
@@ -114,7 +115,7 @@ def test_static_climb_reads_every_chapters_binary():
 
 
 def test_landing_page_names_the_command_that_measures_every_chapter(results, notices):
-    assert book.page_status(["01_scalar", "07_mma"], None) is False
+    assert page.page_status(["01_scalar", "07_mma"], None) is False
     assert "None of the chapters' 2 kernels" in notices[-1]
     assert "`python tools/run_book.py --save-results`" in notices[-1]
 
@@ -122,6 +123,6 @@ def test_landing_page_names_the_command_that_measures_every_chapter(results, not
 def test_a_bar_in_a_table_cell_stays_in_its_cell(monkeypatch):
     shown = []
     monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj.data))
-    book.md_table(["claim", "figure"], [["max |diff|", "0.002"]])
+    page.md_table(["claim", "figure"], [["max |diff|", "0.002"]])
     row = shown[0].splitlines()[-1]
     assert row == r"| max \|diff\| | 0.002 |"

@@ -1,8 +1,9 @@
-"""The helpers chapters 5 and 6 draw on (attnlab.ring, attnlab.kernel_view): the timed ring schedule, the named-barrier
-reader, the variant-sweep ratios and the record search that needs every kernel of a sweep."""
+"""The helpers chapters 5 and 6 draw on (attnlab.book: ring, kernel_view): the timed ring schedule,
+the named-barrier reader, the variant-sweep ratios and the record search that needs every kernel
+of a sweep."""
 import pytest
 
-from attnlab import book, kernel_view, measured, ring
+from attnlab.book import kernel_view, measured, page, ring
 
 
 @pytest.mark.parametrize("stages", [1, 2, 3])
@@ -79,15 +80,15 @@ def test_sweep_ratios_and_figure(scratch_repository):
 def test_bench_covering_needs_every_kernel(results, monkeypatch):
     from synthetic import synthetic_record
 
-    from attnlab.results import write_record
+    from attnlab.records.results import write_record
     from attnlab.shapes import Shape
 
-    monkeypatch.setattr(book, "has_gpu", lambda: False)
+    monkeypatch.setattr(page, "has_gpu", lambda: False)
     shapes = [Shape(1, 8, 512, 64)]
     only_one = synthetic_record(kernel="05_wmma")
     write_record(only_one, results)
-    assert book.bench_covering(["05_wmma", "06_ws_s1_p1"], shapes) is None
+    assert page.bench_covering(["05_wmma", "06_ws_s1_p1"], shapes) is None
     both = synthetic_record(kernel="05_wmma", created="2026-01-03T00:00:00Z", also=["06_ws_s1_p1"])
     write_record(both, results)
-    found = book.bench_covering(["05_wmma", "06_ws_s1_p1"], shapes)
+    found = page.bench_covering(["05_wmma", "06_ws_s1_p1"], shapes)
     assert found is not None and found["created_utc"] == "2026-01-03T00:00:00Z"

@@ -1,4 +1,4 @@
-"""What travels to a GPU machine (attnlab.carry, attnlab.prebuild): the bound that holds the carry
+"""What travels to a GPU machine (attnlab.session.carry, attnlab.session.prebuild): the bound that holds the carry
 to its budget, computed from the registry and the search space alone, and the bound shown on real
 builds; the archive packed and unpacked; a stage that builds what it needs and does not find."""
 from __future__ import annotations
@@ -9,8 +9,10 @@ import tarfile
 
 import pytest
 
-from attnlab import carry, prebuild, registry, search, session
-from attnlab.compile import KernelBuildError
+from attnlab.session import carry, prebuild, stages
+from attnlab.kernels import registry
+from attnlab.gpu import search
+from attnlab.kernels.compile import KernelBuildError
 
 
 def test_the_carry_to_an_h100_fits_its_budget_by_the_bound():
@@ -34,8 +36,8 @@ def test_the_carry_holds_one_file_per_build_and_no_searched_cubin():
     searched = {b.identity for b in prebuild.searched("sm_90")}
     assert len(searched) == len(search.valid_space("07_mma", 64, "sm_90"))
     assert searched & {b.identity for b in builds} <= {b.identity for b in prebuild.registered("sm_90")}
-    assert set(session.STAGE_BUILDS) == {s.name for s in session.STAGES}
-    assert "searched" in session.STAGE_BUILDS["extras"]
+    assert set(stages.STAGE_BUILDS) == {s.name for s in stages.STAGES}
+    assert "searched" in stages.STAGE_BUILDS["extras"]
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +64,7 @@ def test_the_bound_holds_on_the_real_builds_and_the_archive_round_trips(register
     for b in registered_builds:
         for path in b.files():
             assert (tmp_path / "cache" / "cubin" / path.name).read_bytes() == path.read_bytes()
-    from attnlab.toolchain import nvcc_version
+    from attnlab.kernels.toolchain import nvcc_version
     assert manifest["nvcc"] == nvcc_version() and len(manifest["files"]) == n_files
 
 
@@ -96,7 +98,7 @@ def test_unpack_refuses_what_is_not_a_plain_cache_file(tmp_path, name):
 def _small_stage(monkeypatch, tmp_path, kernel="04_cublas_hybrid"):
     """The check stage reduced to one small kernel's sm_90 build, in an empty cache."""
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setitem(session.STAGE_NEEDS, "check", (("attnlab",), ()))
+    monkeypatch.setitem(stages.STAGE_NEEDS, "check", (("attnlab",), ()))
     small = [prebuild.Build(registry.get(kernel, "sm_90"), "sm_90")]
     monkeypatch.setitem(prebuild.SETS, "registered", lambda arch: small)
     return small
@@ -105,7 +107,7 @@ def _small_stage(monkeypatch, tmp_path, kernel="04_cublas_hybrid"):
 def test_a_stage_builds_what_it_needs_and_does_not_find(tmp_path, monkeypatch):
     monkeypatch.setattr(carry, "carried_archives", lambda root=None: [])
     (build,) = _small_stage(monkeypatch, tmp_path)
-    problems, notes = session.prepare("check", arch="sm_90")
+    problems, notes = stages.prepare("check", arch="sm_90")
     assert problems == [] and build.done()
     assert any("0 of 1 builds (sm_90) found" in n and "1 built here" in n for n in notes), notes
 
@@ -115,7 +117,7 @@ def test_a_stage_unpacks_the_carry_and_builds_nothing_it_holds(registered_builds
     archive, _ = carry.pack([b], tmp_path / "carried", "sm_90")  # from the shared cache, before the switch
     monkeypatch.setattr(carry, "carried_archives", lambda root=None: [archive])
     _small_stage(monkeypatch, tmp_path)
-    problems, notes = session.prepare("check", arch="sm_90")
+    problems, notes = stages.prepare("check", arch="sm_90")
     assert problems == [], problems
     assert any(n.startswith("unpacked prebuilt-sm_90.tar.xz: 2 files") for n in notes), notes
     assert any("1 of 1 builds (sm_90) found" in n and "0 built here" in n for n in notes), notes
@@ -128,7 +130,7 @@ def test_a_build_nvcc_refuses_is_the_stages_problem(tmp_path, monkeypatch):
     def refuse(self):
         raise KernelBuildError("nvcc failed for 04_cublas_hybrid (sm_90):\nerror: planted")
     monkeypatch.setattr(prebuild.Build, "run", refuse)
-    problems, _ = session.prepare("check", arch="sm_90")
+    problems, _ = stages.prepare("check", arch="sm_90")
     assert problems == ["nvcc refused 04_cublas_hybrid sm_90: nvcc failed for 04_cublas_hybrid (sm_90):"]
 
 
@@ -137,7 +139,7 @@ def test_a_damaged_carry_is_built_instead(tmp_path, monkeypatch):
     damaged.write_bytes(b"not xz")
     monkeypatch.setattr(carry, "carried_archives", lambda root=None: [damaged])
     (build,) = _small_stage(monkeypatch, tmp_path)
-    problems, notes = session.prepare("check", arch="sm_90")
+    problems, notes = stages.prepare("check", arch="sm_90")
     assert problems == [] and build.done()
     assert any("not unpacked" in n and "made here" in n for n in notes), notes
 
@@ -152,7 +154,7 @@ def test_a_searched_configuration_nvcc_refuses_is_a_verdict_not_a_failure(tmp_pa
     def refuse(self):
         raise KernelBuildError("nvcc failed for 07_mma (sm_90):\nerror: planted")
     monkeypatch.setattr(prebuild.Build, "run", refuse)
-    problems, notes = session.prepare("check", arch="sm_90")
+    problems, notes = stages.prepare("check", arch="sm_90")
     assert problems == [] and any("the static gate's verdict" in n for n in notes), notes
 
 

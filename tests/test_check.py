@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from attnlab import registry
-from attnlab.check import cases_for, summarize, CaseResult, format_table
+from attnlab.kernels import registry
+from attnlab.gpu.check import cases_for, summarize, CaseResult, format_table
 from attnlab.pass_rule import ATOL_FLOOR, judge, make_inputs
 from attnlab.reference import naive_fp16, reference_attention
 from attnlab.shapes import CHECK_SHAPES, Shape

@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from attnlab.env import has_gpu
-from attnlab.registry import KERNELS
+from attnlab.kernels.registry import KERNELS
 
 
 def run(*args):
@@ -194,7 +194,7 @@ def test_search_without_gpu_shows_the_static_space_and_succeeds():
 def test_static_search_shows_its_progress_unless_asked_for_json(capsys, monkeypatch, json_out):
     """A cold cache is minutes of nvcc: the bar goes to stderr whether or not it is a terminal
     (pytest's capture is none), as inspect's does; --json keeps stderr quiet, as inspect's does."""
-    from attnlab import search
+    from attnlab.gpu import search
 
     asked = []
 
@@ -240,7 +240,7 @@ def test_help_says_check_runs_here_with_cpu():
     (["check", "--cpu", "07_mmx@sm_90"], "unknown kernel '07_mmx'; did you mean '07_mma'?"),
 ])
 def test_check_refuses_what_it_cannot_do_in_one_line_before_any_build(capsys, monkeypatch, args, says):
-    from attnlab import cpu
+    from attnlab.executor import cpu
 
     def never(*a, **k):
         raise AssertionError("ran a case")
@@ -251,7 +251,7 @@ def test_check_refuses_what_it_cannot_do_in_one_line_before_any_build(capsys, mo
 
 def _spy_cpu_suite(monkeypatch):
     """check --cpu with run_suite_cpu recording what it was asked to run (and running nothing)."""
-    from attnlab import cpu
+    from attnlab.executor import cpu
 
     calls = []
 
@@ -298,7 +298,9 @@ def test_check_on_a_gpu_runs_the_shapes_asked_for_and_records_only_the_suite(cap
     """The GPU path, its GPU and its suite stood in for: --shape replaces the suite's shapes (and
     the probe's), and a check at chosen shapes writes no record."""
     import attnlab.gpus
-    from attnlab import check, env, results
+    from attnlab.gpu import check
+    from attnlab import env
+    from attnlab.records import results
     from attnlab.shapes import PROBE_SHAPES, Shape
 
     asked = []
@@ -351,8 +353,8 @@ def test_import_evidence_of_a_missing_file_is_one_line(capsys, tmp_path):
 
 
 def _no_nvcc(monkeypatch):
-    from attnlab import toolchain
-    from attnlab.toolchain import ToolMissing
+    from attnlab.kernels import toolchain
+    from attnlab.kernels.toolchain import ToolMissing
 
     def missing():
         raise ToolMissing("nvcc is not in this Python environment: pip install it\nsecond line")
@@ -367,8 +369,8 @@ def test_a_missing_tool_is_one_line(capsys, monkeypatch, cmd):
 
 
 def test_a_missing_tool_in_the_static_search_is_one_line(capsys, monkeypatch):
-    from attnlab import search
-    from attnlab.toolchain import ToolMissing
+    from attnlab.gpu import search
+    from attnlab.kernels.toolchain import ToolMissing
 
     def missing(*args, **kwargs):
         raise ToolMissing("cuobjdump not found: pip install it")
@@ -378,8 +380,8 @@ def test_a_missing_tool_in_the_static_search_is_one_line(capsys, monkeypatch):
 
 
 def test_a_compile_failure_stays_a_failure_with_its_log(capsys, monkeypatch):
-    from attnlab import static, toolchain
-    from attnlab.compile import KernelBuildError
+    from attnlab.kernels import static, toolchain
+    from attnlab.kernels.compile import KernelBuildError
 
     monkeypatch.setattr(toolchain, "nvcc", lambda: "nvcc")
     monkeypatch.setattr(toolchain, "cuobjdump", lambda: "cuobjdump")
@@ -405,7 +407,7 @@ def test_report_without_a_record_says_so_in_one_sentence(capsys, monkeypatch, tm
 def test_report_with_a_record_prints_a_header_row(capsys, monkeypatch, tmp_path, scratch_repository):
     from synthetic import synthetic_record
 
-    from attnlab.results import write_record
+    from attnlab.records.results import write_record
 
     monkeypatch.setenv("ATTNLAB_RESULTS", str(tmp_path))
     write_record(synthetic_record(kernel_us=40.0))

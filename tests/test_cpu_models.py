@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab import registry
+from attnlab.kernels import registry
 from attnlab.pass_rule import judge, make_inputs
 from attnlab.paths import kernels_dir
 from attnlab.reference import naive_fp16, reference_attention
@@ -364,8 +364,8 @@ def _test_module():
     """kernels/test_warp_reduce.cu built for this GPU (nvcc where present, else NVRTC)."""
     import cupy
 
-    from attnlab import compile as build
-    from attnlab import toolchain
+    from attnlab.kernels import compile as build
+    from attnlab.kernels import toolchain
 
     path = kernels_dir() / "test_warp_reduce.cu"
     if build.backend() == "nvcc":

@@ -8,12 +8,13 @@ import re
 import pytest
 import torch
 
-from attnlab import hybrid, launch, registry
+from attnlab.gpu import hybrid, launch
+from attnlab.kernels import registry
 from attnlab.env import NoGpuError
-from attnlab.contract import AttentionInputError, validate
+from attnlab.kernels.contract import AttentionInputError, validate
 from attnlab.paths import kernels_dir
 from attnlab.shapes import CHECK_SHAPES, ODD_HEAD_DIM_SHAPES, Shape
-from attnlab.sources import source_files
+from attnlab.kernels.sources import source_files
 
 
 def constant(source: str, name: str) -> int:
@@ -120,8 +121,8 @@ def test_hybrid_refuses_scores_that_do_not_fit():
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_89", "sm_90"])
 def test_warp_reduce_test_kernels_build(arch, tmp_path):
-    from attnlab.compile import nvcc_cubin
-    from attnlab.static import parse_ptxas
+    from attnlab.kernels.compile import nvcc_cubin
+    from attnlab.kernels.static import parse_ptxas
 
     spec = dataclasses.replace(registry.get("01_scalar"), id="test_warp_reduce", source="test_warp_reduce.cu",
                                entry="attn_test_warp_reduce")

@@ -1,11 +1,12 @@
-"""The CPU suite's plumbing (attnlab.cpu) that `check --cpu` stands on: which shapes a kernel runs,
+"""The CPU suite's plumbing (attnlab.executor.cpu) that `check --cpu` stands on: which shapes a kernel runs,
 and how a case and its findings name the kernel and the target whose tiles it was built with."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from attnlab import cpu, registry
+from attnlab.executor import cpu
+from attnlab.kernels import registry
 from attnlab.executor.library import Finding, LaunchReport
 from attnlab.gpus import arch_at_hand
 from attnlab.shapes import Shape

@@ -1,4 +1,4 @@
-"""import-evidence (attnlab.evidence): a session's archive round-trips into a checkout; a record of
+"""import-evidence (attnlab.session.evidence): a session's archive round-trips into a checkout; a record of
 other kernel sources, a path out of the archive and a notebook that is no page are refused."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import tarfile
 
 from synthetic import synthetic_record
 
-from attnlab import evidence, session
-from attnlab.results import verify
+from attnlab.session import evidence, stages
+from attnlab.records.results import verify
 
 
 def _stage_folder(tmp_path, records=(), notebooks=(), rehearsal=False):
@@ -25,7 +25,7 @@ def _stage_folder(tmp_path, records=(), notebooks=(), rehearsal=False):
     for name, text in notebooks:
         (work / "book").mkdir(exist_ok=True)
         (work / "book" / name).write_text(text)
-    return session.pack(work, tmp_path / "out", "bench")
+    return stages.pack(work, tmp_path / "out", "bench")
 
 
 def test_a_stage_archive_round_trips_into_results(tmp_path, scratch_repository):

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnlab.executor import load
+from attnlab.executor.library import load
 
 FAULTS = Path(__file__).parent / "executor"
 ENTRIES = ["fault_global_oob", "fault_static_shared_oob", "fault_dynamic_shared_oob", "shared_neighbour",

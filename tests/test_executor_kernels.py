@@ -5,7 +5,7 @@ reads, deadlocks, barrier and mask misuse), over
   takes it; causal and not; three seeds (each draws the inputs, the order the executor runs warps
   and lanes in, and its WMMA fragment layouts);
   and lengths past the internal chunk of the kernels whose chunk L = 200 stays inside
-  (attnlab.cpu.CPU_LONG_LENGTHS: chapter 4's 256-column warp step, chapter 7's key range per CTA of
+  (attnlab.executor.cpu.CPU_LONG_LENGTHS: chapter 4's 256-column warp step, chapter 7's key range per CTA of
   the split across CTAs).
 For chapter 4 that is its row-softmax kernel on the executor between the two GEMMs in torch at
 the GPU path's precisions. Chapter 7's kernels run again with the tiles they take on sm_90
@@ -21,8 +21,8 @@ from multiprocessing import get_context
 
 import pytest
 
-from attnlab import registry
-from attnlab.cpu import (CPU_LENGTHS, CPU_LONG_LENGTHS, CPU_SCHEDULE_SEEDS, check_case_cpu, cpu_shapes,
+from attnlab.kernels import registry
+from attnlab.executor.cpu import (CPU_LENGTHS, CPU_LONG_LENGTHS, CPU_SCHEDULE_SEEDS, check_case_cpu, cpu_shapes,
                          library_for)
 from attnlab.shapes import Shape
 
@@ -123,7 +123,7 @@ def _tiles_per_cta(spec, shape) -> int:
     """Key tiles the busiest CTA of a launch walks: all of them, or its share of a split across CTAs."""
     bn, _ = _loop_unit(spec, shape.D)
     tiles = math.ceil(shape.L / bn)
-    if spec.runner == "attnlab.launch:run_split_ctas":
+    if spec.runner == "attnlab.gpu.launch:run_split_ctas":
         tiles = math.ceil(tiles / spec.launch_config(shape)["kv_split"])
     return tiles
 
@@ -159,7 +159,7 @@ def test_the_long_lengths_only_go_where_a_chunk_needs_them():
 def test_a_mutant_only_the_long_rows_catch_is_caught():
     """04-one-step folds only the first 256 columns of a row into its max and sum: the base grid
     (L <= 200) passes it, the grid with chapter 4's long rows kills it."""
-    from attnlab import cpu, mutation
+    from attnlab.executor import cpu, mutation
 
     mutant = mutation.get("04-one-step")
     killed = mutation.run_in_process(mutant)

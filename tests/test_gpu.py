@@ -2,14 +2,14 @@
 Without a GPU these are skipped (and say so); `python -m attnlab check` is the same suite."""
 import pytest
 
-from attnlab.registry import select
+from attnlab.kernels.registry import select
 from attnlab.shapes import MISSION
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("spec", select(None), ids=lambda s: s.id)
 def test_check_suite(spec):
-    from attnlab.check import format_table, run_suite
+    from attnlab.gpu.check import format_table, run_suite
 
     results = run_suite([spec], progress=False)
     assert results, f"no cases for {spec.id}"
@@ -18,8 +18,8 @@ def test_check_suite(spec):
 
 @pytest.mark.gpu
 def test_quick_bench_makes_a_valid_record():
-    from attnlab.bench import run_bench
-    from attnlab.results import validate_record
+    from attnlab.gpu.bench import run_bench
+    from attnlab.records.results import validate_record
 
     rec = run_bench(select(["01_scalar"]), [MISSION], quick=True, progress=False)
     assert validate_record(rec) == []

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from attnlab import registry, search
+from attnlab.kernels import registry
+from attnlab.gpu import search
 from attnlab.shapes import MISSION, Shape
 
 
@@ -23,8 +24,8 @@ def test_configured_kernels_pass_the_check(kernel_id, D):
     import torch
 
     from attnlab.pass_rule import judge, make_inputs
-    from attnlab.contract import validate
-    from attnlab.launch import launch
+    from attnlab.kernels.contract import validate
+    from attnlab.gpu.launch import launch
     from attnlab.reference import naive_fp16, reference_attention
 
     arch = search._device_arch()
@@ -45,7 +46,7 @@ def test_configured_kernels_pass_the_check(kernel_id, D):
 
 @pytest.mark.gpu
 def test_a_small_search_writes_a_valid_record():
-    from attnlab.results import validate_record
+    from attnlab.records.results import validate_record
 
     rec = search.run_search("07_mma", MISSION, False, strategy="evolve", budget_s=60, population=4,
                             generations=2, reps=5, progress=False)
@@ -58,7 +59,7 @@ def test_a_small_search_writes_a_valid_record():
 def test_triton_reference_passes_on_the_gpu():
     import torch
 
-    from attnlab import triton_ref
+    from attnlab.gpu import triton_ref
     from attnlab.pass_rule import judge, make_inputs
     from attnlab.reference import naive_fp16, reference_attention
 
@@ -80,11 +81,12 @@ def test_tuned_launcher_runs_the_searched_configuration(monkeypatch, results):
     launcher runs that configuration, and its output passes the check."""
     from test_search import _search_record
 
-    from attnlab import attention, tuned
+    from attnlab import attention
+    from attnlab.gpu import tuned
     from attnlab.env import device_name
     from attnlab.pass_rule import judge, make_inputs
     from attnlab.reference import naive_fp16, reference_attention
-    from attnlab.results import write_record
+    from attnlab.records.results import write_record
 
     rec, fast = _search_record(monkeypatch, causal=True, gpu=device_name())
     write_record(rec)
@@ -102,7 +104,7 @@ def test_tuned_launcher_runs_the_searched_configuration(monkeypatch, results):
 
 @pytest.mark.gpu
 def test_ncu_captures_both_launches():
-    from attnlab import profile
+    from attnlab.gpu import profile
 
     if profile.ncu_path() is None:
         pytest.skip("ncu is not installed")

@@ -1,8 +1,9 @@
-"""Chapter 4's cost model (attnlab.hybrid_model): every row priced where its bytes live, and one
+"""Chapter 4's cost model (attnlab.book.hybrid_model): every row priced where its bytes live, and one
 prediction against SDPA's math backend that chapters 4 and 9 both quote."""
 import pytest
 
-from attnlab import hybrid, hybrid_model as model
+from attnlab.gpu import hybrid
+from attnlab.book import hybrid_model as model
 from attnlab.gpus import by_key
 from attnlab.shapes import MISSION, Shape
 

@@ -16,11 +16,11 @@ import re
 
 import pytest
 
-from attnlab import registry
+from attnlab.kernels import registry
 from attnlab.gpus import SM_LIMITS, occupancy
 from attnlab.shapes import Shape
-from attnlab.static import ARCHES, function_opcodes, main_path, parse_ptxas, sass_by_function
-from attnlab.static import build as static_build
+from attnlab.kernels.static import ARCHES, function_opcodes, main_path, parse_ptxas, sass_by_function
+from attnlab.kernels.static import build as static_build
 
 IDS = ("07_mma", "07_mma_split2", "07_mma_split4", "07_mma_nosplit", "07_mma_two_barriers", "07_mma_noswizzle",
        "07_mma_single_buffer")
@@ -265,7 +265,7 @@ def test_the_row_max_is_reduced_per_tile_and_the_row_sum_once(arch):
     row sum through the loop, so the sum's four shuffles run once, after it (quad_sum in the
     epilogue; in the partial kernel's too). Every MMA is in the loop, and so is every exp2 but the
     split merge's."""
-    from attnlab.sass_loop import loop_split
+    from attnlab.kernels.sass_loop import loop_split
 
     for kid in ("07_mma", "07_mma_split_ctas"):
         spec = registry.get(kid, arch)

@@ -13,13 +13,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from attnlab import registry
+from attnlab.kernels import registry
 from attnlab.paths import kernels_dir
-from attnlab.registry import L4_MAX_SMEM_PER_BLOCK
+from attnlab.kernels.registry import L4_MAX_SMEM_PER_BLOCK
 from attnlab.shapes import Shape
-from attnlab.sources import source_files
-from attnlab.static import ARCHES, inspect_kernel, named_barriers
-from attnlab.static import build as static_build
+from attnlab.kernels.sources import source_files
+from attnlab.kernels.static import ARCHES, inspect_kernel, named_barriers
+from attnlab.kernels.static import build as static_build
 
 WS = registry._WS06_VARIANTS                     # id -> (stages, producer warps)
 OURS = ["05_wmma", *WS]

@@ -10,10 +10,11 @@ import pytest
 import torch
 
 import attnlab.env
-from attnlab import gpus, registry
-from attnlab.registry import choose_kv_split, cta_split_candidates
+from attnlab import gpus
+from attnlab.kernels import registry
+from attnlab.kernels.registry import choose_kv_split, cta_split_candidates
 from attnlab.shapes import MISSION, Shape
-from attnlab.split_ctas import fa2_num_splits, fa2_num_splits_heuristic
+from attnlab.kernels.split_ctas import fa2_num_splits, fa2_num_splits_heuristic
 
 SPEC = registry.get("07_mma")
 
@@ -122,12 +123,13 @@ def test_fa2s_route_at_split_1_is_the_unsplit_kernel(monkeypatch):
 @pytest.mark.parametrize("sms,launches", [(132, 2), (58, 1)])
 def test_the_runner_launches_the_partials_then_the_combine(monkeypatch, sms, launches):
     """The GPU runner's sequence, with the launches recorded instead of made."""
-    import attnlab.compile
-    from attnlab import launch, split_ctas
+    import attnlab.kernels.compile
+    from attnlab.gpu import launch
+    from attnlab.kernels import split_ctas
 
     on_gpu(monkeypatch, "a GPU", sms)
     made = []
-    monkeypatch.setattr(attnlab.compile, "load_function", lambda spec, entry, device: entry)
+    monkeypatch.setattr(attnlab.kernels.compile, "load_function", lambda spec, entry, device: entry)
     record = lambda fn, cfg, args, device: made.append((fn, cfg, args))  # noqa: E731
     monkeypatch.setattr(launch, "run_on_torch_stream", record)
     q, k, v, out = (torch.zeros(MISSION, dtype=torch.float16) for _ in range(4))

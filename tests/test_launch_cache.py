@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab import compile, hybrid, launch, registry
+from attnlab.kernels import compile, registry
+from attnlab.gpu import hybrid, launch
 from attnlab.paths import repo_root
 from attnlab.shapes import Shape
-from attnlab.sources import source_files
+from attnlab.kernels.sources import source_files
 
 KERNEL = "05_wmma"   # one entry for every D; 62464 B of dynamic shared memory at D=64, 95232 at 128
 STREAM = 0xABC       # the handle of torch's current stream, as the fake torch reports it

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab import registry
+from attnlab.kernels import registry
 from attnlab.pass_rule import judge, make_inputs
 from attnlab.reference import naive_fp16, reference_attention
 from attnlab.shapes import Shape

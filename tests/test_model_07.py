@@ -38,7 +38,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab import registry
+from attnlab.kernels import registry
 from attnlab.pass_rule import judge, make_inputs
 from attnlab.paths import kernels_dir
 from attnlab.reference import naive_fp16, reference_attention

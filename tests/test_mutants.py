@@ -1,11 +1,11 @@
-"""The mutation check in CI: every plausible mistake listed in attnlab.mutants, planted in a
+"""The mutation check in CI: every plausible mistake listed in attnlab.executor.mutants, planted in a
 scratch copy of kernels/, makes the CPU suite fail. A survivor fails this file."""
 from __future__ import annotations
 
 import pytest
 
-from attnlab import mutation
-from attnlab.mutants import MUTANTS, Mutant
+from attnlab.executor import mutation
+from attnlab.executor.mutants import MUTANTS, Mutant
 
 IDS = [m.id for m in MUTANTS]
 

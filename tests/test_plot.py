@@ -1,6 +1,6 @@
 import matplotlib
 
-from attnlab import plot
+from attnlab.book import plot
 from attnlab.gpus import by_key
 from attnlab.shapes import MISSION, Shape
 from synthetic import synthetic_record
@@ -36,7 +36,7 @@ def test_missing_case_is_an_error():
 
 
 def _report(arch: str, sass: dict, kernel: str = "k"):
-    from attnlab.static import StaticReport
+    from attnlab.kernels.static import StaticReport
 
     return StaticReport(kernel, arch, [], sass, build_seconds=0)
 
@@ -63,7 +63,7 @@ def test_a_class_has_one_colour_whatever_else_a_figure_shows():
 
 
 def test_every_class_has_its_own_colour():
-    from attnlab.static import CLASSES
+    from attnlab.kernels.static import CLASSES
 
     assert set(plot.CLASS_COLORS) == set(CLASSES)
     assert len(set(plot.CLASS_COLORS.values())) == len(CLASSES)

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from attnlab import profile, registry
+from attnlab.gpu import profile
+from attnlab.kernels import registry
 from attnlab.env import has_gpu
-from attnlab.results import validate_record, write_record
+from attnlab.records.results import validate_record, write_record
 from attnlab.shapes import MISSION
 
 # FORMAT SAMPLE (details page), with the ==PROF== lines ncu interleaves and a line the child printed.
@@ -110,8 +111,8 @@ def test_profile_kernel_maps_launches_to_causal_flags(fake_ncu):
 def test_profile_record_validates_and_reads_back(results, fake_ncu):
     from synthetic import new_test_record
 
-    from attnlab.registry import get
-    from attnlab.results import seal
+    from attnlab.kernels.registry import get
+    from attnlab.records.results import seal
 
     rec = new_test_record("profile", [get("01_scalar")], {"metrics": list(profile.DEFAULT_METRICS)},
                           created="2026-01-04T00:00:00Z")
@@ -132,7 +133,7 @@ def test_profile_record_validates_and_reads_back(results, fake_ncu):
 def test_sanitize_rows_read_fresh_records(results):
     from synthetic import new_test_record
 
-    from attnlab.registry import get
+    from attnlab.kernels.registry import get
 
     rec = new_test_record("sanitize", [get("01_scalar")], {"tools": ["memcheck", "racecheck"]})
     rec["cases"] = [{"kernel": "01_scalar", "tool": t, "clean": True, "errors": 0} for t in ("memcheck", "racecheck")]

@@ -1,6 +1,6 @@
 """Records that no real run produced, or that no longer describe what would run now, are refused or
-stale, each with its reason (attnlab.results, attnlab.provenance, attnlab.physics,
-attnlab.fingerprint). Every test builds the tampered record or tree in a scratch repository."""
+stale, each with its reason (attnlab.records.results, attnlab.records.provenance, attnlab.records.physics,
+attnlab.records.fingerprint). Every test builds the tampered record or tree in a scratch repository."""
 from __future__ import annotations
 
 import copy
@@ -10,8 +10,9 @@ import json
 import pytest
 from synthetic import git, new_test_record, synthetic_record
 
-from attnlab import book, measured, registry
-from attnlab.results import fresh_records, load_records, report_rows, verify, write_record
+from attnlab.book import measured, page
+from attnlab.kernels import registry
+from attnlab.records.results import fresh_records, load_records, report_rows, verify, write_record
 
 
 def _refusals(results) -> list[str]:
@@ -53,7 +54,7 @@ def test_the_forgery_with_current_hashes_is_refused_naming_its_commit_date_and_t
     assert "in the future" in why
     assert "below the least time this GPU can take" in why
     assert fresh_records("bench") == [] and report_rows() == []
-    assert measured.latest_bench(book.by_key("L4")) is None
+    assert measured.latest_bench(page.by_key("L4")) is None
     assert not verify().ok
 
 
@@ -67,7 +68,7 @@ def test_an_unknown_commit_is_refused(results):
 def test_a_commit_off_the_history_of_head_is_refused(results, scratch_repository):
     repo = scratch_repository
     git(repo, "checkout", "-q", "-b", "elsewhere")
-    _edit(repo, "src/attnlab/bench.py", "\n# elsewhere\n")
+    _edit(repo, "src/attnlab/gpu/bench.py", "\n# elsewhere\n")
     rec = synthetic_record()
     git(repo, "checkout", "-q", "main")
     write_record(rec)
@@ -84,11 +85,11 @@ def test_a_tree_that_does_not_hash_to_its_claim_is_refused(results):
 def test_hashes_that_are_not_those_of_the_commit_are_refused(results):
     rec = synthetic_record()
     rec["kernels"]["01_scalar"]["sha256"] = "f" * 64
-    rec["harness"]["bench"] = "e" * 64
+    rec["harness"]["gpu.bench"] = "e" * 64
     write_record(rec)
     why = " ".join(_refusals(results))
     assert "01_scalar's source hash ffffffffffff is not that of kernels/01_scalar.cu at its commit" in why
-    assert "harness bench.py hash eeeeeeeeeeee is not that of the file at its commit" in why
+    assert "harness src/attnlab/gpu/bench.py hash eeeeeeeeeeee is not that of the file at its commit" in why
 
 
 def test_a_run_from_a_dirty_tree_is_kept_but_never_shown(results, scratch_repository):
@@ -98,7 +99,7 @@ def test_a_run_from_a_dirty_tree_is_kept_but_never_shown(results, scratch_reposi
     write_record(rec)
     item = _only(results)
     assert item.local and item.refused == [] and item.fresh == set()
-    assert fresh_records("bench") == [] and book.fresh_records("bench", "01_scalar") == []
+    assert fresh_records("bench") == [] and page.fresh_records("bench", "01_scalar") == []
     v = verify()
     assert v.ok and v.local == [str(item.path)] and "01_scalar" in v.missing
 
@@ -182,52 +183,52 @@ def test_an_edited_harness_file_makes_exactly_its_kinds_records_stale(results, s
     check["cases"] = [{"kernel": "01_scalar", "shape": [1, 8, 512, 64], "causal": False, "seed": 0,
                        "passed": True, "max_err": 1e-4}]
     write_record(check)
-    _edit(scratch_repository, "src/attnlab/bench.py", "\nTARGET_REPLAY_US = 30.0  # a faster timer\n")
+    _edit(scratch_repository, "src/attnlab/gpu/bench.py", "\nTARGET_REPLAY_US = 30.0  # a faster timer\n")
     loaded, problems = load_records()
     assert problems == []
     stale = {item.record["kind"]: item.stale["01_scalar"] for item in loaded}
-    assert stale["bench"] == ["harness module bench.py changed"] and stale["check"] == []
+    assert stale["bench"] == ["harness module src/attnlab/gpu/bench.py changed"] and stale["check"] == []
     v = verify()
-    assert not v.ok and any("(bench) is stale: harness module bench.py changed" in p for p in v.problems)
+    assert not v.ok and any("(bench) is stale: harness module src/attnlab/gpu/bench.py changed" in p for p in v.problems)
 
 
 def test_an_edited_launcher_makes_only_its_kernels_stale(results, scratch_repository):
     write_record(synthetic_record(kernel="01_scalar"))
     write_record(synthetic_record(kernel="04_cublas_hybrid"))
-    _edit(scratch_repository, "src/attnlab/hybrid.py", "\n# another way to call cuBLAS\n")
+    _edit(scratch_repository, "src/attnlab/gpu/hybrid.py", "\n# another way to call cuBLAS\n")
     loaded, problems = load_records()
     stale = {kid: why for item in loaded for kid, why in item.stale.items()}
     assert problems == [] and stale["01_scalar"] == []
     assert stale["04_cublas_hybrid"][0].startswith("its source changed")  # the launcher is one of its sources
-    assert stale["04_cublas_hybrid"][-1] == "harness module hybrid.py changed"
+    assert stale["04_cublas_hybrid"][-1] == "harness module src/attnlab/gpu/hybrid.py changed"
 
 
 def test_an_edited_compile_flag_makes_records_stale(results, monkeypatch):
-    import attnlab.compile
+    import attnlab.kernels.compile
 
     write_record(synthetic_record())
-    monkeypatch.setattr(attnlab.compile, "NVCC_FLAGS", ("-std=c++17", "-O2", "-lineinfo"))
+    monkeypatch.setattr(attnlab.kernels.compile, "NVCC_FLAGS", ("-std=c++17", "-O2", "-lineinfo"))
     [why] = _only(results).stale.values()
     assert why and "its build's flags changed" in why[0] and "-O2" in why[0]
 
 
 def test_another_patch_build_of_the_same_release_is_the_same_toolchain(results, monkeypatch):
     """A GPU image's nvcc may be another patch build of the release this environment pins."""
-    import attnlab.fingerprint
+    import attnlab.records.fingerprint
 
     rec = synthetic_record()
     release = rec["kernels"]["01_scalar"]["build"]["compiler"].rsplit(".", 1)[0]
     write_record(rec)
-    monkeypatch.setattr(attnlab.fingerprint, "toolchain_now", lambda: ("nvcc", f"{release}.999"))
+    monkeypatch.setattr(attnlab.records.fingerprint, "toolchain_now", lambda: ("nvcc", f"{release}.999"))
     assert _only(results).fresh == {"01_scalar"}
 
 
 def test_another_toolchain_makes_records_stale(results, monkeypatch):
-    import attnlab.fingerprint
+    import attnlab.records.fingerprint
 
     rec = synthetic_record()
     write_record(rec)
-    monkeypatch.setattr(attnlab.fingerprint, "toolchain_now", lambda: ("nvcc", "nvcc 13.9.0"))
+    monkeypatch.setattr(attnlab.records.fingerprint, "toolchain_now", lambda: ("nvcc", "nvcc 13.9.0"))
     [why] = _only(results).stale.values()
     assert why == [f"its build's compiler changed ({rec['kernels']['01_scalar']['build']['compiler']} "
                    "then, nvcc 13.9.0 now)"]
@@ -257,7 +258,7 @@ def test_a_copy_without_git_binds_only_its_stamped_commit(results, scratch_repos
     and only while its files still hash to the stamp."""
     import shutil
 
-    from attnlab.provenance import tree_digest
+    from attnlab.records.provenance import tree_digest
 
     repo = scratch_repository
     head = git(repo, "rev-parse", "HEAD")
@@ -289,7 +290,7 @@ def test_the_committed_results_folder_holds_no_record_of_a_test_gpu():
 
 def _put(results, rec):
     """A record placed by hand (write_record refuses malformed ones)."""
-    from attnlab.results import seal
+    from attnlab.records.results import seal
 
     seal(rec)
     path = results / "test-gpu" / f"{len(list(results.rglob('*.json')))}-by-hand.json"
@@ -318,7 +319,7 @@ def test_a_search_summary_of_its_own_numbers_is_refused(results, monkeypatch):
     _put(results, rec)
     why = " ".join(_refusals(results))
     assert "is not the fastest timed case" in why and "search.default's time 1000000000.0 is not its case's" in why
-    from attnlab import search
+    from attnlab.gpu import search
     assert search.best_configs() == {}
 
 

@@ -3,8 +3,8 @@ import re
 
 import pytest
 
-from attnlab import registry
-from attnlab.registry import L4_MAX_SMEM_PER_BLOCK, KERNELS
+from attnlab.kernels import registry
+from attnlab.kernels.registry import L4_MAX_SMEM_PER_BLOCK, KERNELS
 from attnlab.shapes import CHECK_SHAPES, MISSION, Shape
 
 SPECS = list(KERNELS.values())

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from attnlab.results import (gpu_slug, load_records, report_rows, validate_record, verify,
+from attnlab.records.results import (gpu_slug, load_records, report_rows, validate_record, verify,
                              write_record)
 from synthetic import synthetic_record
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from attnlab import scoreboard
-from attnlab.results import validate_record, write_record
+from attnlab.book import scoreboard
+from attnlab.records.results import validate_record, write_record
 from attnlab.shapes import MISSION, Shape
 
 
@@ -55,8 +55,8 @@ def test_bench_case_records_why_triton_is_missing():
     """On a machine without Triton (or without a GPU) the baseline is absent with its reason."""
     import torch
 
-    from attnlab import triton_ref
-    from attnlab.bench import time_baselines
+    from attnlab.gpu import triton_ref
+    from attnlab.gpu.bench import time_baselines
 
     q = torch.zeros(1, 1, 4, 64, dtype=torch.float16)
     timed, missing = time_baselines(q, q, q, False, None, 0.0, reps=1)
@@ -85,7 +85,7 @@ def test_static_climb_colours_each_class_as_every_mix_figure_does():
     """The landing page's climb and the chapters' mix figures share one class -> colour map."""
     from matplotlib.colors import to_rgba
 
-    from attnlab.plot import CLASS_COLORS
+    from attnlab.book.plot import CLASS_COLORS
 
     fig = scoreboard.plot_static_climb("sm_89")
     ax = fig.axes[0]

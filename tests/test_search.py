@@ -9,12 +9,13 @@ import subprocess
 
 import pytest
 
-from attnlab import registry, search, toolchain, tuned
-from attnlab.compile import define_flags
+from attnlab.kernels import registry, toolchain
+from attnlab.gpu import search, tuned
+from attnlab.kernels.compile import define_flags
 from attnlab.paths import kernels_dir
-from attnlab.registry import L4_MAX_SMEM_PER_BLOCK
-from attnlab.results import validate_record, write_record
-from attnlab.search import Trial, evolve, exhaustive
+from attnlab.kernels.registry import L4_MAX_SMEM_PER_BLOCK
+from attnlab.records.results import validate_record, write_record
+from attnlab.gpu.search import Trial, evolve, exhaustive
 from attnlab.shapes import MISSION, Shape
 
 TUNABLE = ("05_wmma", "06_warp_specialized", "07_mma")
@@ -108,7 +109,7 @@ def test_with_config_refuses_what_it_does_not_know():
 
 
 def test_define_flags_and_cache_keys():
-    from attnlab.compile import config_tag, cubin_path
+    from attnlab.kernels.compile import config_tag, cubin_path
 
     spec = registry.get("07_mma")
     cfg = spec.with_config({"ATTN07_WARPS": 2})
@@ -322,14 +323,14 @@ def test_configured_kernels_agree_with_the_registry_on_shared_memory(tmp_path):
 
 # --- records and the tuned launcher ----------------------------------------------------------------
 
-import attnlab.results  # noqa: E402
+import attnlab.records.results  # noqa: E402
 
-_NEW_RECORD = attnlab.results.new_record  # before any test replaces it
+_NEW_RECORD = attnlab.records.results.new_record  # before any test replaces it
 
 def _search_record(monkeypatch, kernel_id="07_mma", shape=MISSION, causal=False, created="2026-01-03T00:00:00Z",
                    older_source=False, gpu="TEST GPU (NVIDIA L4 table entry)"):
     """A search record built by search_record from a synthetic run (the GPU's provenance faked)."""
-    import attnlab.results
+    import attnlab.records.results
     from synthetic import new_test_record, older, timing
 
     made = _NEW_RECORD
@@ -338,7 +339,7 @@ def _search_record(monkeypatch, kernel_id="07_mma", shape=MISSION, causal=False,
         rec = new_test_record(kind, specs, settings, gpu=gpu, created=created, make=made)
         return older(rec) if older_source else rec
 
-    monkeypatch.setattr(attnlab.results, "new_record", fake_new_record)
+    monkeypatch.setattr(attnlab.records.results, "new_record", fake_new_record)
     candidates = search.valid_space(kernel_id, shape.D)
     default = search.default_config(kernel_id, shape.D)
     fast = next(c for c in candidates if c != default)
@@ -354,7 +355,7 @@ def _search_record(monkeypatch, kernel_id="07_mma", shape=MISSION, causal=False,
 
 def test_search_record_is_valid_and_complete(monkeypatch):
     rec, fast = _search_record(monkeypatch)
-    assert validate_record(attnlab.results.seal(rec)) == []
+    assert validate_record(attnlab.records.results.seal(rec)) == []
     s = rec["search"]
     assert s["best"] == {"config": fast, "time_us": 40.0} and s["default"]["time_us"] == 50.0
     assert len(rec["cases"]) == s["valid_size"] and s["counts"]["static"] == 1

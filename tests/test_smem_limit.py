@@ -8,8 +8,10 @@ import pytest
 import torch
 
 import attnlab.env
-from attnlab import gpus, registry, search
-from attnlab.registry import L4_MAX_SMEM_PER_BLOCK
+from attnlab import gpus
+from attnlab.kernels import registry
+from attnlab.gpu import search
+from attnlab.kernels.registry import L4_MAX_SMEM_PER_BLOCK
 from attnlab.shapes import Shape
 
 H100_OPTIN = 227 * 1024

@@ -1,4 +1,4 @@
-"""The NumPy model of chapter 7's key split (attnlab.split_merge) against the fp64 reference, at
+"""The NumPy model of chapter 7's key split (attnlab.book.split_merge) against the fp64 reference, at
 every split the kernel builds and beyond, causal and not, by both routes: warp groups inside a
 CTA, and FlashAttention-2's runs of tiles across CTAs."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from attnlab.pass_rule import make_inputs
 from attnlab.reference import reference_attention
 from attnlab.shapes import Shape
-from attnlab.registry import cta_split_candidates
-from attnlab.split_merge import cta_keys, group_keys, merge, partial_state, split_attention
+from attnlab.kernels.registry import cta_split_candidates
+from attnlab.book.split_merge import cta_keys, group_keys, merge, partial_state, split_attention
 
 
 def _head(L, D, seed=0):

@@ -1,8 +1,8 @@
 """The static build of every registered kernel for sm_80, sm_89 and sm_90: no GPU needed."""
 import pytest
 
-from attnlab.registry import KERNELS, L4_MAX_SMEM_PER_BLOCK, get
-from attnlab.static import ARCHES, StaticReport, FunctionResources, classify, inspect_kernel, limit_problems, parse_ptxas
+from attnlab.kernels.registry import KERNELS, L4_MAX_SMEM_PER_BLOCK, get
+from attnlab.kernels.static import ARCHES, StaticReport, FunctionResources, classify, inspect_kernel, limit_problems, parse_ptxas
 
 PTXAS = """ptxas info    : 0 bytes gmem
 ptxas info    : Compiling entry function 'k1' for 'sm_89'
@@ -95,7 +95,7 @@ def test_barrier_class_counts_only_block_barriers():
 def test_barrier_class_is_the_bar_sync_count_the_chapters_quote(kernel_id, bars, arch):
     """Chapter 3's one BAR.SYNC per entry point (chapter 2's two, chapter 5's four) is the barrier
     count of every table: the class, the opcode count and kernel_view's count agree."""
-    from attnlab.kernel_view import count_ops
+    from attnlab.book.kernel_view import count_ops
 
     rep = inspect_kernel(get(kernel_id, arch), arch)
     assert rep.sass_by_class()["barrier"] == count_ops(rep.sass, "BAR") == bars

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from attnlab import compile as build
-from attnlab import registry, static, toolchain
+from attnlab.kernels import compile as build
+from attnlab.kernels import registry, static, toolchain
 from attnlab.paths import repo_root
 
 REQUIREMENTS = [Requirement(line.split("#")[0].strip())

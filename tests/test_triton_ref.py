@@ -1,4 +1,4 @@
-"""The book's Triton reference (attnlab.triton_ref).
+"""The book's Triton reference (attnlab.gpu.triton_ref).
 
 Where Triton is not installed (the CPU machines), it must say so and refuse plainly. Where it is,
 Triton's interpreter (TRITON_INTERPRET=1) runs the kernel on the CPU, in a child process (the
@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from attnlab import triton_ref
+from attnlab.gpu import triton_ref
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 
@@ -33,7 +33,7 @@ def test_without_triton_it_says_so(monkeypatch):
 
 CHILD = r"""
 import torch
-from attnlab import triton_ref
+from attnlab.gpu import triton_ref
 from attnlab.pass_rule import judge, make_inputs
 from attnlab.reference import naive_fp16, reference_attention
 from attnlab.shapes import Shape

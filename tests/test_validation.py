@@ -5,10 +5,10 @@ import dataclasses
 import pytest
 import torch
 
-from attnlab import registry
+from attnlab.kernels import registry
 from attnlab.env import NoGpuError, has_gpu
-from attnlab.contract import AttentionInputError, validate
-from attnlab.launch import attention
+from attnlab.kernels.contract import AttentionInputError, validate
+from attnlab.gpu.launch import attention
 
 SPEC = registry.get("01_scalar")
 

@@ -24,9 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from attnlab import registry  # noqa: E402
+from attnlab.kernels import registry  # noqa: E402
 from attnlab.pass_rule import make_inputs  # noqa: E402
-from attnlab.cpu import attention_cpu, library_for  # noqa: E402
+from attnlab.executor.cpu import attention_cpu, library_for  # noqa: E402
 from attnlab.shapes import Shape  # noqa: E402
 
 SHAPES = (Shape(1, 2, 129, 64), Shape(1, 8, 512, 64))

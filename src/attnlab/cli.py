@@ -10,7 +10,7 @@ import re
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-from . import registry
+from .kernels import registry
 
 
 class UsageError(Exception):
@@ -56,7 +56,7 @@ def _bool(text: str) -> bool:
 def _arch(text: str) -> str:
     """A GPU target, sm_ and a compute capability (sm_89, sm_90a). Which ones nvcc builds for is
     nvcc's to say; this only keeps a typo from reaching it as a build failure."""
-    from .static import ARCHES
+    from .kernels.static import ARCHES
 
     if text not in ARCHES and not re.fullmatch(r"sm_\d{2,3}[af]?", text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a GPU target like {', '.join(ARCHES)}")
@@ -81,7 +81,7 @@ def _kernels(ids) -> list:
 def _check_shape(shape, specs, named: bool, causal: bool = False) -> None:
     """A --shape must suit the kernels: every kernel named must take it; with none named (all of
     them, and bench and profile skip those that cannot take it) at least one must."""
-    from .contract import shape_problem
+    from .kernels.contract import shape_problem
 
     problems = [p for s in specs if (p := shape_problem(s, shape, causal))]
     text = "--shape " + " ".join(map(str, shape))
@@ -109,9 +109,9 @@ def cmd_list(args) -> int:
 def cmd_inspect(args) -> int:
     from tqdm.auto import tqdm
 
-    from . import toolchain
-    from .compile import KernelBuildError
-    from .static import build, classify, inspect_kernel, opcode_counts
+    from .kernels import toolchain
+    from .kernels.compile import KernelBuildError
+    from .kernels.static import build, classify, inspect_kernel, opcode_counts
 
     specs = _kernels(args.kernels)
     # Both tools up front: without one, a single line (ToolMissing, in main), not one failure per build.
@@ -160,7 +160,7 @@ def cmd_inspect(args) -> int:
     return 0
 
 
-# inspect's SASS columns: a header and the instruction classes (attnlab.static.SASS_CLASSES) it sums.
+# inspect's SASS columns: a header and the instruction classes (attnlab.kernels.static.SASS_CLASSES) it sums.
 SASS_COLUMNS = (("tensor", ("tensor core",)), ("fp32", ("fp32 math",)), ("lds", ("shared load",)),
                 ("sts", ("shared store",)), ("ldg", ("global load",)), ("cp.async", ("async copy",)),
                 ("bar", ("barrier",)))
@@ -171,7 +171,7 @@ def inspect_table(reports, per_function) -> str:
     ids shows each id's own entries, with the dynamic shared memory of that id's launches). The SASS
     columns count that function's own instructions (`per_function`: one {function: opcode counts}
     per report)."""
-    from .static import classify
+    from .kernels.static import classify
 
     kw = max([len(r.kernel) for r in reports] + [6])
     fw = max([len(f.name) for r in reports for f in r.functions] + [8])
@@ -204,7 +204,7 @@ def _shapes(args, specs) -> list | None:
     check or build: one shape, every kernel named must take it; several shapes for named kernels,
     each must take one of them, and is left out, saying so, where it cannot (bench records that as
     skipped); no kernel named, at least one kernel must take each shape."""
-    from .contract import shape_problem
+    from .kernels.contract import shape_problem
     from .shapes import Shape
 
     if not args.shape:
@@ -228,7 +228,7 @@ def _targets(args) -> list[tuple[str, object]]:
     `@sm_XY` of its label (as the CPU suite names them, e.g. 07_mma@sm_90) or else --arch, else the
     GPU at hand's (the L4's sm_89 without one). All of them when none is named. Checked before any
     build: an unknown id or a target without a tiles table is refused."""
-    from .cpu import cpu_label
+    from .executor.cpu import cpu_label
     from .gpus import SM_LIMITS
 
     def target(arch: str | None, where: str) -> str | None:
@@ -265,8 +265,8 @@ CPU_SLOW_WORK = 2 * 8 * 512 * 512 * 64
 def cmd_check_cpu(args) -> int:
     """check --cpu: the kernels on the CPU executor at small shapes (or --shape), with its
     findings; no record (records hold GPU results)."""
-    from .cpu import CPU_SCHEDULE_SEEDS, format_table_cpu, run_suite_cpu
-    from .executor import ExecutorUnavailable
+    from .executor.build import ExecutorUnavailable
+    from .executor.cpu import CPU_SCHEDULE_SEEDS, format_table_cpu, run_suite_cpu
 
     if args.probe:
         raise UsageError("--probe is a GPU session's crash probe; on the CPU, --quick runs one seed "
@@ -291,8 +291,8 @@ def cmd_check_cpu(args) -> int:
 def cmd_mutate(args) -> int:
     """mutate: every listed plausible mistake, applied to a scratch copy of kernels/, must fail the
     CPU suite (no GPU needed)."""
-    from . import mutation
-    from .executor import ExecutorUnavailable, compiler
+    from .executor import mutation
+    from .executor.build import ExecutorUnavailable, compiler
 
     known = [m.id for m in mutation.MUTANTS]
     for mid in args.mutants:
@@ -324,8 +324,8 @@ def cmd_check(args) -> int:
     _require_gpu("check", f"`python -m attnlab check {words}` runs the same kernels here on attnlab's CPU "
                           "executor (correctness and findings, no timing); `inspect` and `verify-results` "
                           "need no GPU either")
-    from .check import CHECK_SEEDS, format_table, run_suite
-    from .results import new_record, write_record
+    from .gpu.check import CHECK_SEEDS, format_table, run_suite
+    from .records.results import new_record, write_record
     from .shapes import PROBE_SHAPES
 
     seeds = CHECK_SEEDS[:1] if args.quick or args.probe else CHECK_SEEDS
@@ -371,8 +371,8 @@ def cmd_bench(args) -> int:
     shapes = _shapes(args, specs) or list(dict.fromkeys(
         BENCH_SHAPES + sweep(QUICK_SWEEP_LENGTHS if args.quick else SWEEP_LENGTHS)))
     _require_gpu("bench")
-    from .bench import failed_cases, run_bench
-    from .results import write_record
+    from .gpu.bench import failed_cases, run_bench
+    from .records.results import write_record
 
     if args.only_probed:
         # After the GPU check: a session's rehearsal without a GPU runs this very line and reads
@@ -399,7 +399,7 @@ def cmd_bench(args) -> int:
 
 
 def cmd_sanitize(args) -> int:
-    from .sanitize import run_child, sanitize
+    from .gpu.sanitize import run_child, sanitize
 
     if args.child:
         return run_child(args.child)
@@ -408,7 +408,7 @@ def cmd_sanitize(args) -> int:
                              "which reports races, out-of-bounds and uninitialized reads and barrier misuse")
     from tqdm.auto import tqdm
 
-    from .results import new_record, write_record
+    from .records.results import new_record, write_record
 
     work = [(s, t) for s in specs for t in args.tool]
     cases = []
@@ -433,8 +433,8 @@ def _shape(values):
 
 def cmd_search(args) -> int:
     """Without a GPU: the static space (arithmetic rules, then nvcc). With one: the search."""
-    from . import search
     from .env import has_gpu
+    from .gpu import search
 
     kernels = args.kernels or ["07_mma"]
     shape = _shape(args.shape)
@@ -463,7 +463,7 @@ def cmd_search(args) -> int:
                 print(f"  {status} {search.config_text(v.config, kid, shape.D):<48} {regs:>10} "
                       f"{v.smem:>7} B smem  {occ}{'' if v.ok else '  ' + v.problems[0]}")
         return 0  # the static space is the command's job without a GPU: done
-    from .results import write_record
+    from .records.results import write_record
 
     status = 0
     for kid in kernels:
@@ -489,7 +489,7 @@ def cmd_search(args) -> int:
 
 def cmd_tuned(args) -> int:
     """The best configuration per (GPU, kernel, shape, causal) from fresh search records."""
-    from .search import best_configs, config_text
+    from .gpu.search import best_configs, config_text
 
     table = best_configs()
     if args.json:
@@ -507,7 +507,7 @@ def cmd_tuned(args) -> int:
 
 
 def cmd_profile(args) -> int:
-    from . import profile
+    from .gpu import profile
 
     if args.child:
         return profile.run_child(args.child, _shape(args.shape))
@@ -522,7 +522,7 @@ def cmd_profile(args) -> int:
             if spec.supports_head_dim(shape.D):
                 print("  " + " ".join(profile.ncu_command(spec.id, metrics, shape, python="python")))
         _require_gpu("profile")
-    from .results import write_record
+    from .records.results import write_record
 
     record, failures = profile.run_profile(args.kernels or None, metrics, shape)
     for case in record["cases"]:
@@ -537,7 +537,7 @@ def cmd_profile(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from .results import verify
+    from .records.results import verify
 
     v = verify()
     for p in v.problems:
@@ -557,14 +557,14 @@ def cmd_verify(args) -> int:
 
 
 def cmd_prebuild(args) -> int:
-    """What travels to a GPU machine (attnlab.prebuild.carried), built into attnlab's cache
-    (ATTNLAB_CACHE); with --into, packed into DIR/prebuilt-<arch>.tar.xz (attnlab.carry)."""
+    """What travels to a GPU machine (attnlab.session.prebuild.carried), built into attnlab's cache
+    (ATTNLAB_CACHE); with --into, packed into DIR/prebuilt-<arch>.tar.xz (attnlab.session.carry)."""
     import shutil
     from pathlib import Path
 
-    from . import toolchain
-    from .carry import MiB, archive_bound, pack
-    from .prebuild import build_missing, carried
+    from .kernels import toolchain
+    from .session.carry import MiB, archive_bound, pack
+    from .session.prebuild import build_missing, carried
 
     toolchain.nvcc()  # no nvcc: one line (ToolMissing, in main) before any progress bar
     wanted = carried(args.arch)
@@ -600,7 +600,7 @@ def cmd_prebuild(args) -> int:
 def cmd_import_evidence(args) -> int:
     from pathlib import Path
 
-    from .evidence import main as import_main
+    from .session.evidence import main as import_main
 
     for archive in args.archives:  # a typo in a path is a usage mistake; a refused archive is not
         if not Path(archive).exists():
@@ -610,7 +610,7 @@ def cmd_import_evidence(args) -> int:
 
 def _print_report(as_json) -> None:
     from .paths import repo_root, results_dir
-    from .results import report_rows
+    from .records.results import report_rows
 
     rows = report_rows()
     if as_json:
@@ -639,7 +639,7 @@ def cmd_report(args) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from .static import ARCHES
+    from .kernels.static import ARCHES
 
     p = _Parser(prog="python -m attnlab", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
@@ -682,7 +682,7 @@ def _parser() -> argparse.ArgumentParser:
         sp.set_defaults(fn=fn)
     sp = sub.add_parser("mutate", help="plant each listed mistake in a scratch copy of the kernels and show the "
                                        "CPU suite catches it (no GPU needed); exit 1 on a survivor")
-    sp.add_argument("mutants", nargs="*", metavar="MUTANT", help="ids from attnlab/mutants.py (default: all)")
+    sp.add_argument("mutants", nargs="*", metavar="MUTANT", help="ids from attnlab/executor/mutants.py (default: all)")
     sp.add_argument("--jobs", type=_positive_int, default=None, help="mutants run at once (default: up to 4)")
     sp.set_defaults(fn=cmd_mutate)
     sp = sub.add_parser("sanitize", help="compute-sanitizer on each kernel at small shapes (GPU); writes a record")
@@ -733,7 +733,7 @@ def _parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("import-evidence", help="bring a GPU session's archives into this checkout: records "
                                                 "(refused if the kernels changed) and executed notebooks, then "
                                                 "verify-results and nbval")
-    sp.add_argument("archives", nargs="+", metavar="ARCHIVE", help="<stage>.tar.gz files of attnlab.session")
+    sp.add_argument("archives", nargs="+", metavar="ARCHIVE", help="<stage>.tar.gz files of attnlab.session.stages")
     sp.add_argument("--no-nbval", action="store_true", help="skip nbval over the imported notebooks")
     sp.add_argument("--allow-rehearsal", action="store_true",
                     help="also take what a rehearsal without a GPU made (scripts/gpu_rehearse.sh's round trip)")
@@ -747,8 +747,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     """Run one command; its exit status: 0 done, 1 it ran and found a failure, 2 it could not run as
     asked (one line on stderr says why)."""
-    from .compile import KernelBuildError
-    from .toolchain import ToolMissing
+    from .kernels.compile import KernelBuildError
+    from .kernels.toolchain import ToolMissing
 
     try:
         args = _parser().parse_args(argv)

@@ -57,11 +57,11 @@ QUICK_SWEEP_LENGTHS: tuple[int, ...] = (256, 512, 1024)
 # Chapter 7's target shapes: the mission shape and two long sequences at both head dims.
 CH07_TARGET_SHAPES: tuple[Shape, ...] = (MISSION, Shape(4, 16, 4096, 64), Shape(2, 16, 4096, 128))
 
-# A crash probe (attnlab.session's bench stage): each kernel once per mask at a full tile shape and
+# A crash probe (attnlab.session.stages's bench stage): each kernel once per mask at a full tile shape and
 # at a tail at the other head dim, before one process times them all.
 PROBE_SHAPES: tuple[Shape, ...] = (MISSION, Shape(1, 2, 333, 128))
 
-# compute-sanitizer's shapes (attnlab.sanitize): a tile tail (L = 77) and a head dim the wide
+# compute-sanitizer's shapes (attnlab.gpu.sanitize): a tile tail (L = 77) and a head dim the wide
 # kernels take, both masks; small, because the sanitizer slows kernels by 10-100x.
 SANITIZE_SHAPES: tuple[Shape, ...] = (Shape(1, 2, 77, 64), Shape(1, 1, 130, 128))
 

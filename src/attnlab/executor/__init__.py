@@ -1,9 +1,8 @@
-"""attnlab's CPU executor: the chapters' .cu files compiled with a C++ compiler and run with the
+"""executor/: the chapters' .cu files compiled with a C++ compiler and run on the CPU, with the
 threads of each block as fibers, warp-collective operations and cp.async as the PTX ISA specifies
 them, and the checks a sanitizer makes (races, out-of-bounds, uninitialized and early reads,
-deadlocks, barrier and mask misuse). It never produces a timing."""
-from .build import ExecutorBuildError, ExecutorUnavailable, compiler
-from .library import BankCounts, Finding, LaunchReport, Library, load
+deadlocks, barrier and mask misuse); the registered kernels checked there by the GPU's pass rule
+(cpu), and the planted mistakes that check must catch (mutants, mutation). It never times.
 
-__all__ = ["BankCounts", "ExecutorBuildError", "ExecutorUnavailable", "Finding", "LaunchReport", "Library",
-           "compiler", "load"]
+Imports the ground and kernels only: never records, gpu, session or book.
+"""

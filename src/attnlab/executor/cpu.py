@@ -1,0 +1,280 @@
+"""Registered kernels on the CPU executor (attnlab.executor): the same .cu files, run on CPU tensors
+and checked against PyTorch's SDPA on the CPU by the GPU check's pass rule, with what a sanitizer
+would find. A CPU run proves correctness and finds races; it never produces a timing.
+
+    out, report = attention_cpu("07_mma", q, k, v, causal=True)   # q, k, v: CPU fp16 [B, H, L, D]
+    result = check_case_cpu(registry.get("07_mma"), Shape(1, 2, 129, 64), causal=True, seed=0)
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+from dataclasses import asdict, dataclass, field
+
+from ..kernels import registry
+from ..kernels.registry import KernelSpec
+from ..pass_rule import ATOL_FLOOR, INPUT_OFFSET, judge, make_inputs
+from ..shapes import Shape
+
+# The CPU suite's shapes (small: the executor runs every thread of every block on one core).
+# L covers 1, tile edges plus and minus one for every chapter's tiles (16, 32, 64, 128), and a
+# length that is no multiple of anything; one shape has several batches, heads and query blocks.
+CPU_LENGTHS: tuple[int, ...] = (1, 2, 15, 17, 63, 65, 127, 129, 200)
+CPU_HEAD_DIMS: tuple[int, ...] = (64, 128)
+CPU_SCHEDULE_SEEDS: tuple[int, ...] = (0, 1, 2)
+
+# Lengths past a kernel's largest internal chunk, for the kernels whose chunk L = 200 stays inside
+# (0.1 to 3 s a case, where chapters 1-3 take 1 to 10 s a case at L = 300 and need no longer row:
+# their key tiles are at most 32 keys and their query blocks 128 rows):
+#  - chapter 4's row softmax takes 256 columns per warp step (32 lanes x 8): 300 and 513 are two
+#    and three steps of its 2-byte path (L % 8 != 0), 520 three of its 16-byte path;
+#  - chapter 7's split across CTAs gives each CTA one or two key tiles at L <= 200: at 641 (ten
+#    64-key tiles and one key) each runs 5 or 6, so its key loop comes round its ring of K/V stages
+#    (three on sm_90 at D = 64, where 641 is the shortest row of two heads that wraps it).
+# Every other kernel's loop unit (key tile x K/V stages: at most 64 x 3 = 192 keys) wraps inside
+# L = 200 already; tests/test_executor_kernels.py holds the grid to both claims.
+CPU_LONG_LENGTHS: dict[str, tuple[int, ...]] = {"04_cublas_hybrid": (300, 513, 520), "07_mma_split_ctas": (641,)}
+
+
+def cpu_shapes(spec: KernelSpec) -> list[Shape]:
+    """The CPU suite's shapes a kernel supports: every length at B = 1, H = 2 (with the kernel's
+    CPU_LONG_LENGTHS), and a batch of several heads and query blocks, for each head dim in
+    CPU_HEAD_DIMS it takes."""
+    lengths = CPU_LENGTHS + CPU_LONG_LENGTHS.get(spec.id, ())
+    shapes = []
+    for D in CPU_HEAD_DIMS:
+        if not spec.supports_head_dim(D):
+            continue
+        shapes += [Shape(1, 2, L, D) for L in lengths] + [Shape(2, 3, 130, D)]
+    return shapes
+
+
+def cpu_label(spec: KernelSpec, arch: str | None = None) -> str:
+    """How the CPU suite names a kernel: "<id>@sm_XY" where its tiles follow the target (`arch`,
+    else the build's own, else the GPU at hand's: the L4's sm_89 without one), "<id>" where they
+    are the same on every target. registry.by_label reads it back."""
+    if not spec.tiles_follow_arch:
+        return spec.id
+    if arch is None:
+        from ..gpus import arch_at_hand
+
+        arch = spec.arch or arch_at_hand()[0]
+    return f"{spec.id}@{arch}"
+
+
+@dataclass
+class CpuCase:
+    """One CPU run of a kernel, judged like a GPU case, plus the executor's findings."""
+    kernel: str
+    shape: tuple
+    causal: bool
+    seed: int                     # inputs and the executor's schedule
+    passed: bool
+    max_err: float
+    tolerance: float
+    fp16_err: float
+    sdpa_err: float
+    findings: list[str] = field(default_factory=list)
+    reason: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _entries(spec: KernelSpec) -> list[str]:
+    """Every entry of the kernel: one per head dim and key split, and the runner's helpers."""
+    if not spec.entries_by_head_dim:
+        return [spec.entry, *spec.helper_entries]
+    return sorted({e for D in spec.entries_by_head_dim for e in spec.entries_at_head_dim(D)} | set(spec.helper_entries))
+
+
+def library_for(spec: KernelSpec, src_dir=None):
+    """The kernel's executor library (built on first use, cached on disk), from kernels/ or from
+    `src_dir`, a copy of it (the mutation check's scratch copies)."""
+    from .library import load
+    return load(spec.source, _entries(spec), spec.defines, src_dir)
+
+
+class _Buffers:
+    """Executor-owned copies of CPU tensors, freed when the launch is done."""
+
+    def __init__(self, lib):
+        self.lib = lib
+
+    def __enter__(self):
+        return self
+
+    def put(self, tensor=None, nbytes=None, fill=None) -> int:
+        nbytes = nbytes if nbytes is not None else tensor.numel() * tensor.element_size()
+        ptr = self.lib.alloc(nbytes)
+        if tensor is not None:
+            ctypes.memmove(ptr, tensor.data_ptr(), nbytes)
+        elif fill is not None:
+            ctypes.memset(ptr, fill, nbytes)
+        return ptr
+
+    @staticmethod
+    def get(ptr: int, into) -> None:
+        ctypes.memmove(into.data_ptr(), ptr, into.numel() * into.element_size())
+
+    def __exit__(self, *exc):
+        self.lib.free_all()
+
+
+def attention_cpu(kernel_id: str | KernelSpec, q, k, v, causal: bool = False, scale: float | None = None, *,
+                  seed: int = 0, races: bool = True, banks: bool = False, time_limit: float = 300.0,
+                  src_dir=None):
+    """softmax(q k^T * scale [+ causal mask]) v by a registered kernel on the CPU executor.
+
+    q, k, v: contiguous fp16 CPU tensors [B, H, L, D]. Returns (out, report): the output (NaN
+    where the kernel wrote nothing) and the executor's LaunchReport (findings, bank counts).
+    `seed` picks the order the executor runs warps and lanes in, and its WMMA layouts; `src_dir`
+    builds the kernel from a copy of kernels/ instead."""
+    import torch
+
+    from ..kernels.contract import validate
+
+    spec = registry.get(kernel_id) if isinstance(kernel_id, str) else kernel_id
+    shape = validate(spec, q, k, v, causal, scale, device="cpu")
+    scale = 1.0 / math.sqrt(shape.D) if scale is None else float(scale)
+    lib = library_for(spec, src_dir)
+    out = torch.full_like(q, float("nan"))
+    options = dict(seed=seed, races=races, banks=banks, time_limit=time_limit)
+    with _Buffers(lib) as buf:
+        run = _CPU_RUNNERS[spec.runner] if spec.runner is not None else _fused_cpu
+        return run(spec, shape, lib, buf, q, k, v, causal, scale, out, options)
+
+
+def _fused_cpu(spec, shape, lib, buf, q, k, v, causal, scale, out, options, cfg=None):
+    """The fused (q, k, v, o, L, D, scale, causal) launch of `cfg` (by default the launcher's at
+    `shape`) on the executor, o filled with NaN so that a row the kernel never writes shows."""
+    cfg = cfg or spec.launch_config(shape)
+    ptrs = [buf.put(t) for t in (q, k, v)] + [buf.put(nbytes=out.numel() * 2, fill=0xFF)]
+    report = lib.launch(cfg["entry"], cfg["grid"], cfg["block"], cfg["dynamic_smem"],
+                        ptrs + [shape.L, shape.D, scale, int(bool(causal))], **options)
+    buf.get(ptrs[3], out)
+    return out, report
+
+
+def _hybrid_cpu(spec, shape, lib, buf, q, k, v, causal, scale, out, options):
+    """Chapter 4 on the CPU: the GEMMs in torch at cuBLAS's precisions on the GPU path (fp16 inputs,
+    fp32 accumulation, fp16 S and O), the row softmax on the executor."""
+    import torch
+
+    s = (q.float() @ k.float().transpose(-2, -1)).half().contiguous()
+    s_ptr = buf.put(s)
+    cfg = spec.launch_config(shape)
+    report = lib.launch(spec.entry, cfg["grid"], cfg["block"], cfg["dynamic_smem"],
+                        [s_ptr, shape.L, scale, int(bool(causal))], **options)
+    p = torch.empty_like(s)
+    buf.get(s_ptr, p)
+    out.copy_((p.float() @ v.float()).half())
+    return out, report
+
+
+def _split_ctas_cpu(spec, shape, lib, buf, q, k, v, causal, scale, out, options):
+    """Chapter 7's split across CTAs on the CPU: the partial kernel over every split, then the
+    combine, both on the executor (its findings and bank counts merged), the scratch filled with
+    NaN so that a partial the combine reads unwritten shows."""
+    from ..kernels import split_ctas
+
+    cfg = spec.launch_config(shape)
+    splits = cfg["kv_split"]
+    if splits == 1:  # the unsplit kernel, straight into out
+        return _fused_cpu(spec, shape, lib, buf, q, k, v, causal, scale, out, options, cfg)
+    q_ptr, k_ptr, v_ptr = (buf.put(t) for t in (q, k, v))
+    o_ptr = buf.put(nbytes=out.numel() * 2, fill=0xFF)
+    o_shape, ml_shape = split_ctas.scratch_shapes(shape, splits)
+    o_part = buf.put(nbytes=4 * math.prod(o_shape), fill=0xFF)
+    ml = buf.put(nbytes=4 * math.prod(ml_shape), fill=0xFF)
+    first = lib.launch(cfg["entry"], cfg["grid"], cfg["block"], cfg["dynamic_smem"],
+                       list(split_ctas.partial_args(shape, q_ptr, k_ptr, v_ptr, o_part, ml, causal, scale)), **options)
+    combine = split_ctas.combine_config(shape)
+    second = lib.launch(combine["entry"], combine["grid"], combine["block"], combine["dynamic_smem"],
+                        list(split_ctas.combine_args(shape, o_part, ml, o_ptr, splits, scale)), **options)
+    buf.get(o_ptr, out)
+    return out, first.merged(second)
+
+
+# spec.runner -> its CPU counterpart (the GPU runner's launches on the executor).
+_CPU_RUNNERS = {"attnlab.gpu.hybrid:run_cublas_hybrid": _hybrid_cpu,
+                "attnlab.gpu.launch:run_split_ctas": _split_ctas_cpu}
+
+
+def bank_claims_broken(spec: KernelSpec, report) -> list[str]:
+    """The kinds of shared access the registry says are conflict-free (spec.conflict_free) that
+    took more wavefronts than ideal in this launch, one line each."""
+    broken = []
+    for kind in spec.conflict_free:
+        counts = report.banks.get(kind)
+        if counts is not None and counts.wavefronts > counts.ideal:
+            broken.append(f"{kind} bank conflicts: {counts.wavefronts} wavefronts for {counts.ideal} ideal "
+                          f"({counts.conflict_ratio:.2f}x), where the kernel promises none")
+    return broken
+
+
+def check_case_cpu(spec: KernelSpec, shape: Shape, causal: bool, seed: int, races: bool = True,
+                   src_dir=None, time_limit: float = 300.0, label: str | None = None) -> CpuCase:
+    """One case of the CPU suite: the pass rule of attnlab.gpu.check against the fp64 reference, no
+    finding, and no bank conflict where the kernel promises none. `seed` draws the inputs and the
+    executor's schedule; `label` names the kernel in the case and its findings (default: its id;
+    cpu_label names the target as well)."""
+    from ..reference import naive_fp16, reference_attention, sdpa
+
+    q, k, v = make_inputs(shape, seed, device="cpu", offset=INPUT_OFFSET)
+    ref = reference_attention(q, k, v, causal)
+    fp16_err = float((naive_fp16(q, k, v, causal).double() - ref).abs().max())
+    sdpa_err = float((sdpa(q, k, v, causal).double() - ref).abs().max())
+    out, report = attention_cpu(spec, q, k, v, causal, seed=seed, races=races, banks=bool(spec.conflict_free),
+                                src_dir=src_dir, time_limit=time_limit)
+    verdict = judge(out, ref, fp16_err, ATOL_FLOOR)
+    name = label or spec.id
+    findings = [f.line(name) for f in report.findings] + [f"{name}: {b}" for b in bank_claims_broken(spec, report)]
+    reasons = [] if verdict.passed else [verdict.reason]
+    if not report.completed:
+        reasons.append("the launch did not complete")
+    if findings:
+        reasons.append(f"{len(findings)} finding(s)")
+    return CpuCase(name, tuple(shape), causal, seed, verdict.passed and report.completed and not findings, verdict.max_err,
+                   verdict.tolerance, fp16_err, sdpa_err, findings, "; ".join(reasons))
+
+
+def run_suite_cpu(specs, shapes=None, seeds=(0,), progress: bool = True, labels=None) -> list[CpuCase]:
+    """check_case_cpu over kernels x shapes (default: cpu_shapes; a shape a kernel cannot take,
+    by contract.shape_problem, is left out for it) x causal x seeds. `labels`, one per spec, name
+    the kernels in the cases (default: their ids)."""
+    from ..kernels.contract import shape_problem
+
+    labels = list(labels) if labels is not None else [spec.id for spec in specs]
+    if len(labels) != len(specs):
+        raise ValueError(f"{len(labels)} labels for {len(specs)} kernels")
+    work = [(spec, shape, causal, seed, label) for spec, label in zip(specs, labels)
+            for shape in (shapes if shapes is not None else cpu_shapes(spec))
+            for causal in ((False, True) if spec.causal else (False,))
+            if shape_problem(spec, shape, causal) is None for seed in seeds]
+    if progress:  # (tqdm.auto warns on stderr in a notebook without ipywidgets: the pages pass False)
+        from tqdm.auto import tqdm
+
+        work = tqdm(work, desc="check --cpu", unit="case")
+    return [check_case_cpu(spec, shape, causal, seed, label=label) for spec, shape, causal, seed, label in work]
+
+
+def format_table_cpu(cases: list[CpuCase]) -> str:
+    """One line per kernel, shape and causal flag (seeds folded), then every finding once."""
+    rows: dict[tuple, list[CpuCase]] = {}
+    for c in cases:
+        rows.setdefault((c.kernel, c.shape, c.causal), []).append(c)
+    kw = max([len(c.kernel) for c in cases] + [22])
+    lines = [f"{'kernel':<{kw}} {'shape':<20} {'causal':<6} {'pass':>5} {'max err':>9} {'tol':>9}  note"]
+    for (kernel, shape, causal), group in rows.items():
+        passed = sum(c.passed for c in group)
+        errs = [c.max_err for c in group]
+        err = float("nan") if any(e != e for e in errs) else max(errs)
+        note = next((c.reason for c in group if not c.passed), "")
+        lines.append(f"{kernel:<{kw}} {str(shape):<20} {str(causal):<6} {passed}/{len(group):<3} {err:>9.2e} "
+                     f"{min(c.tolerance for c in group):>9.2e}  {note}")
+    findings = list(dict.fromkeys(f for c in cases for f in c.findings))
+    lines.append(f"{sum(c.passed for c in cases)}/{len(cases)} cases passed on the CPU executor "
+                 f"(CPU run: correctness and findings, no timing); {len(findings)} distinct finding(s)")
+    lines += findings
+    return "\n".join(lines)
