@@ -318,7 +318,7 @@ def test_chapter_renders_figures_from_a_record(results, tmp_path):
         for k, v in old.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
     nb = nbformat.read(out, as_version=4)
-    bench_cell = next(c for c in nb.cells if c.cell_type == "code" and "book.bench(" in c.source)
+    bench_cell = next(c for c in nb.cells if c.cell_type == "code" and "page.bench(" in c.source)
     pngs = [o for o in bench_cell.outputs if "image/png" in o.get("data", {})]
     assert len(pngs) == 4, "bars and sweep, causal and not"
     assert "Committed bench record:\n  TEST GPU" in "".join(o.get("text", "") for o in bench_cell.outputs)

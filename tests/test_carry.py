@@ -1,4 +1,4 @@
-"""What travels to a GPU machine (attnlab.session.carry, attnlab.session.prebuild): the bound that holds the carry
+"""What travels to a GPU machine (attnlab.session: carry, prebuild): the bound that holds the carry
 to its budget, computed from the registry and the search space alone, and the bound shown on real
 builds; the archive packed and unpacked; a stage that builds what it needs and does not find."""
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""import-evidence (attnlab.session.evidence): a session's archive round-trips into a checkout; a record of
-other kernel sources, a path out of the archive and a notebook that is no page are refused."""
+"""import-evidence (attnlab.session.evidence): a session's archive round-trips into a checkout; a
+record of other kernel sources, a path out of the archive and a notebook that is no page are
+refused."""
 from __future__ import annotations
 
 import io

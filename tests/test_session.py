@@ -1,5 +1,6 @@
-"""The staged GPU session (attnlab.session.stages, scripts/gpu_session.sh) without a GPU: the stages and
-their minutes, the order of the kernels, the process isolation, the archives and what comes back."""
+"""The staged GPU session (attnlab.session.stages, scripts/gpu_session.sh) without a GPU: the stages
+and their minutes, the order of the kernels, the process isolation, the archives and what comes
+back."""
 from __future__ import annotations
 
 import json

@@ -2,7 +2,8 @@
 import pytest
 
 from attnlab.kernels.registry import KERNELS, L4_MAX_SMEM_PER_BLOCK, get
-from attnlab.kernels.static import ARCHES, StaticReport, FunctionResources, classify, inspect_kernel, limit_problems, parse_ptxas
+from attnlab.kernels.static import (ARCHES, FunctionResources, StaticReport, classify, inspect_kernel, limit_problems,
+                                    parse_ptxas)
 
 PTXAS = """ptxas info    : 0 bytes gmem
 ptxas info    : Compiling entry function 'k1' for 'sm_89'
