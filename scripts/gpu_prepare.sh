@@ -23,7 +23,7 @@ fi
 PY=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
 # The GPU machine's driver loads cubins of its own CUDA release (a newer nvcc's may not load).
 read -r nvcc_release host_release < <(PYTHONPATH=$PWD/src "$PY" -c \
-  'from attnlab import toolchain; print(toolchain.nvcc_release(), toolchain.GPU_HOST_CUDA)')
+  'from attnlab.kernels import toolchain; print(toolchain.nvcc_release(), toolchain.GPU_HOST_CUDA)')
 [ "$nvcc_release" = "$host_release" ] || { echo "nvcc here is release $nvcc_release; the GPU machine takes $host_release" >&2; exit 1; }
 PYTHON=$PY bash scripts/fetch_device_wheels.sh   # its checker reads wheels with `packaging`
 # Built in attnlab's own cache (kept between runs), then exactly what the session reads is packed

@@ -45,7 +45,7 @@ PY=$VENV/bin/python
 ATTNLAB_ALLOW_DIRTY=1 bash scripts/gpu_prepare.sh   # a rehearsal makes no record
 # The rehearsal's 3.12 venv holds no CUDA wheels, like the image, and this machine may have no
 # toolkit: the stages use the nvcc that built the carried cubins (the image's is a system one).
-export ATTNLAB_NVCC=${ATTNLAB_NVCC:-$("$DEV_PY" -c 'from attnlab import toolchain; print(toolchain.nvcc())')}
+export ATTNLAB_NVCC=${ATTNLAB_NVCC:-$("$DEV_PY" -c 'from attnlab.kernels import toolchain; print(toolchain.nvcc())')}
 
 echo "== a copy of the working tree, as the GPU machine gets it"
 rm -rf "$WORK"; mkdir -p "$WORK/tree" "$WORK/out"

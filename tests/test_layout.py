@@ -158,3 +158,28 @@ def test_each_wing_says_what_it_is_for_and_what_it_must_not_import(wing):
     for other in attnlab.WINGS:
         if other != wing:
             assert other in (allowed if other in attnlab.WINGS[wing] else forbidden), (wing, other)
+
+
+def test_every_attnlab_import_and_module_run_written_outside_python_resolves():
+    """The shell scripts and docs name modules too (`python -m attnlab.session.stages`, `-c 'from
+    attnlab.kernels import toolchain'`): each must still resolve after a module moves."""
+    import importlib
+    import re
+
+    root = SRC.parents[1]
+    texts = {p: p.read_text() for p in [root / "README.md", *(root / "scripts").glob("*.sh"),
+                                        *(root / "scripts").glob("*.md"), root / "book" / "running.md"]}
+    missing = []
+    for path, text in texts.items():
+        for module, names in re.findall(r"from (attnlab[\w.]*) import ([\w, ]+)", text):
+            for name in (n.strip() for n in names.split(",") if n.strip()):
+                try:
+                    mod = importlib.import_module(module)
+                    if not hasattr(mod, name):
+                        importlib.import_module(f"{module}.{name}")
+                except ImportError:
+                    missing.append(f"{path.name}: from {module} import {name}")
+        for module in re.findall(r"-m (attnlab[\w.]*)", text):
+            if importlib.util.find_spec(module) is None:
+                missing.append(f"{path.name}: python -m {module}")
+    assert missing == []

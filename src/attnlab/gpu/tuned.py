@@ -9,7 +9,7 @@ hashes to what was searched, exactly like a bench record. A configuration is use
 causal flag, the one searched at the nearest sequence length (by ratio) is used, and the choice
 says so.
 
-    from attnlab import tuned
+    from attnlab.gpu import tuned
     out = tuned.attention("07_mma", q, k, v, causal=True)   # default constants until a search exists
     spec, why = tuned.spec_for("07_mma", Shape(1, 8, 512, 64), causal=False, gpu="NVIDIA L4")
 """
