@@ -164,6 +164,7 @@ def test_every_attnlab_import_and_module_run_written_outside_python_resolves():
     """The shell scripts and docs name modules too (`python -m attnlab.session.stages`, `-c 'from
     attnlab.kernels import toolchain'`): each must still resolve after a module moves."""
     import importlib
+    import importlib.util
     import re
 
     root = SRC.parents[1]

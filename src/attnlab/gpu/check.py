@@ -10,6 +10,7 @@ from typing import Iterable
 from ..kernels.registry import KernelSpec
 from ..pass_rule import judge, make_inputs
 from ..shapes import CHECK_SEEDS, CHECK_SHAPES, ODD_HEAD_DIM_SHAPES, Shape
+from .launch import attention
 
 
 @dataclass
@@ -47,7 +48,6 @@ def check_case(spec: KernelSpec, shape: Shape, causal: bool, seed: int) -> CaseR
     import torch
 
     from ..reference import naive_fp16, reference_attention, sdpa
-    from .launch import attention
 
     q, k, v = make_inputs(shape, seed)
     ref = reference_attention(q, k, v, causal)

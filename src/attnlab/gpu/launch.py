@@ -2,8 +2,8 @@
 current stream (so CUDA-graph capture and torch's ordering both see the launch).
 
 CuPy performs no argument checking at all (a Python int goes as a 64-bit integer, views are
-ignored), so everything is checked first (attnlab.kernels.contract), before any launch, and scalars are
-wrapped in the exact C types of the kernel signature. Tensors go as their raw device pointers
+ignored), so everything is checked first (attnlab.kernels.contract), before any launch, and
+scalars are wrapped in the exact C types of the kernel signature. Tensors go as their raw device pointers
 (np.uint64): cupy.asarray would query the pointer's attributes on every launch, and the kernels
 take `T*`.
 """
@@ -16,6 +16,8 @@ import numpy as np
 
 from ..kernels.contract import AttentionInputError, validate
 from ..kernels.registry import DEFAULT_SMEM_LIMIT, KernelSpec, get
+from ..kernels.split_ctas import COMBINE_ENTRY, combine_args, combine_config, partial_args, scratch_shapes
+from ..pass_rule import make_inputs
 from ..shapes import Shape
 
 
@@ -112,7 +114,6 @@ def run_split_ctas(spec: KernelSpec, shape: Shape, q, k, v, out, causal: bool, s
     import torch
 
     from ..kernels.compile import load_function
-    from ..kernels.split_ctas import COMBINE_ENTRY, combine_args, combine_config, partial_args, scratch_shapes
 
     cfg = spec.launch_config(shape)
     splits = cfg["kv_split"]
@@ -132,8 +133,6 @@ def exercise(kernel_id: str, shapes) -> None:
     """Launch a kernel at each of `shapes` it supports, causal and not, on the check's inputs, and
     wait: the workload that compute-sanitizer and Nsight Compute watch from outside the process."""
     import torch
-
-    from ..pass_rule import make_inputs
 
     spec = get(kernel_id)
     runnable = [shape for shape in shapes if spec.supports_head_dim(shape.D)]

@@ -16,6 +16,7 @@ import math
 
 from ..gpus import GPUS, GpuSpec, lookup
 from ..shapes import Shape
+from .timing import summarize
 
 MARGIN = 1.25  # hardware up to 25% faster than its datasheet still passes
 
@@ -42,8 +43,6 @@ def least_us(shape: Shape, causal: bool, gpu: dict) -> float:
 def timing_problems(t, where: str, least: float | None) -> list[str]:
     """Why a timing dict cannot be a real measurement: samples missing or not adding up to its
     median and spread, or a sample below `least` µs."""
-    from .timing import summarize
-
     if not isinstance(t, dict):
         return [f"{where}: not a timing"]
     samples = t.get("samples_us")
