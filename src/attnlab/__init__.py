@@ -13,15 +13,17 @@ lists for it below, never a wing above it; the ground imports no wing:
     book/      what the pages show: their shared steps, quotes of records, figures, teaching models
     cli.py     `python -m attnlab`, on top of them all
 
-A reader's handful: `attention` (run a registered kernel), `get` and `KERNELS` (the registry),
-`Shape` and `MISSION`, and the error a bad input raises before any launch.
+A reader's handful: `attention` (run a registered kernel), `trace` (run one on the CPU executor
+with its counts on), `get` and `KERNELS` (the registry), `Shape` and `MISSION`, and the error a bad
+input raises before any launch.
 """
+from .executor.trace import trace
 from .gpu.launch import attention
 from .kernels.contract import AttentionInputError
 from .kernels.registry import KERNELS, get
 from .shapes import MISSION, Shape
 
-__all__ = ["AttentionInputError", "KERNELS", "MISSION", "Shape", "attention", "get"]
+__all__ = ["AttentionInputError", "KERNELS", "MISSION", "Shape", "attention", "get", "trace"]
 
 # Each wing and the wings it may import besides itself (the ground is the modules at the top of the
 # package; cli.py and this file sit above every wing). tests/test_layout.py holds every import in

@@ -1,4 +1,4 @@
-"""`python -m attnlab`: list, inspect, check, bench, sanitize, search, tuned, profile,
+"""`python -m attnlab`: list, inspect, check, trace, bench, sanitize, search, tuned, profile,
 verify-results, import-evidence, report, mutate, prebuild."""
 from __future__ import annotations
 
@@ -286,6 +286,32 @@ def cmd_check_cpu(args) -> int:
         raise UsageError(f"--cpu: {exc}") from None
     print(format_table_cpu(cases))
     return 0 if all(c.passed for c in cases) else 1
+
+
+def cmd_trace(args) -> int:
+    """trace: one kernel at one shape on the CPU executor with its counts on: the totals next to the
+    ideal, then per source line (--json: the whole record, with every event of the traced CTA)."""
+    from .executor.build import ExecutorUnavailable
+    from .executor.trace import format_trace, to_json, trace
+    from .shapes import MISSION, Shape
+
+    (label, spec), = _targets(argparse.Namespace(kernels=[args.kernel], arch=args.arch))
+    shape = Shape(*args.shape) if args.shape else MISSION
+    _check_shape(shape, [spec], named=True, causal=args.causal)
+    if args.causal and not spec.causal:
+        raise UsageError(f"{spec.id} has no causal mask")
+    ctas = spec.launch_config(shape)["grid"]
+    n_ctas = ctas[0] * ctas[1] * (ctas[2] if len(ctas) > 2 else 1)
+    if args.cta is not None and args.cta >= n_ctas:
+        raise UsageError(f"--cta {args.cta}: {spec.id} launches {n_ctas} CTAs at {shape.label()} (0..{n_ctas - 1})")
+    if shape.heads * shape.L * shape.L * shape.D > CPU_SLOW_WORK:
+        print(f"note: {shape.label()} is large for the CPU executor: this may take minutes", file=sys.stderr)
+    try:
+        t = trace(spec, shape, args.causal, args.cta if args.cta is not None else 0, arch=label.partition("@")[2] or None)
+    except ExecutorUnavailable as exc:
+        raise UsageError(f"trace: {exc}") from None
+    print(json.dumps(to_json(t), indent=1) if args.json else format_trace(t))
+    return 0 if t.completed and not t.findings else 1
 
 
 def cmd_mutate(args) -> int:
@@ -680,6 +706,18 @@ def _parser() -> argparse.ArgumentParser:
             sp.add_argument("--only-probed", action="store_true",
                             help="time only the kernels `check --probe` passed in this GPU session")
         sp.set_defaults(fn=fn)
+    sp = sub.add_parser("trace", help="one kernel on the CPU executor with its counts on (bytes, requests, "
+                                      "wavefronts, sectors, tensor-core instructions, exponentials, barriers, "
+                                      "shuffles) over every CTA and every event of one: measurements, never times")
+    sp.add_argument("kernel", metavar="KERNEL", help="a registered id, or ID@sm_XY for the tiles of that target")
+    sp.add_argument("--shape", nargs=4, type=_positive_int, metavar=("B", "H", "L", "D"),
+                    help="default: the mission shape")
+    sp.add_argument("--causal", action="store_true")
+    sp.add_argument("--cta", type=int, default=None, metavar="N",
+                    help="the CTA whose events are recorded (linear index, x fastest; default 0)")
+    sp.add_argument("--arch", type=_arch, default=None, help="the tiles of this target (as check --cpu --arch)")
+    sp.add_argument("--json", action="store_true", help="the whole record: totals, sites, per-CTA counts, events")
+    sp.set_defaults(fn=cmd_trace)
     sp = sub.add_parser("mutate", help="plant each listed mistake in a scratch copy of the kernels and show the "
                                        "CPU suite catches it (no GPU needed); exit 1 on a survivor")
     sp.add_argument("mutants", nargs="*", metavar="MUTANT", help="ids from attnlab/executor/mutants.py (default: all)")

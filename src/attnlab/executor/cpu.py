@@ -100,13 +100,15 @@ class _Buffers:
 
     def __init__(self, lib):
         self.lib = lib
+        self.names: list[str] = []  # the buffers' names, in allocation order (the runtime's indices)
 
     def __enter__(self):
         return self
 
-    def put(self, tensor=None, nbytes=None, fill=None) -> int:
+    def put(self, tensor=None, nbytes=None, fill=None, name: str = "?") -> int:
         nbytes = nbytes if nbytes is not None else tensor.numel() * tensor.element_size()
         ptr = self.lib.alloc(nbytes)
+        self.names.append(name)
         if tensor is not None:
             ctypes.memmove(ptr, tensor.data_ptr(), nbytes)
         elif fill is not None:
@@ -123,13 +125,14 @@ class _Buffers:
 
 def attention_cpu(kernel_id: str | KernelSpec, q, k, v, causal: bool = False, scale: float | None = None, *,
                   seed: int = 0, races: bool = True, banks: bool = False, time_limit: float = 300.0,
-                  src_dir=None):
+                  src_dir=None, count: bool = False, trace_block: int | None = None):
     """softmax(q k^T * scale [+ causal mask]) v by a registered kernel on the CPU executor.
 
     q, k, v: contiguous fp16 CPU tensors [B, H, L, D]. Returns (out, report): the output (NaN
     where the kernel wrote nothing) and the executor's LaunchReport (findings, bank counts).
     `seed` picks the order the executor runs warps and lanes in, and its WMMA layouts; `src_dir`
-    builds the kernel from a copy of kernels/ instead."""
+    builds the kernel from a copy of kernels/ instead. `count`: the report's `counts` hold what each
+    launch did (attnlab.executor.counts), with every event of block `trace_block` of each launch."""
     import torch
 
     from ..kernels.contract import validate
@@ -139,17 +142,21 @@ def attention_cpu(kernel_id: str | KernelSpec, q, k, v, causal: bool = False, sc
     scale = 1.0 / math.sqrt(shape.D) if scale is None else float(scale)
     lib = library_for(spec, src_dir)
     out = torch.full_like(q, float("nan"))
-    options = dict(seed=seed, races=races, banks=banks, time_limit=time_limit)
+    options = dict(seed=seed, races=races, banks=banks, time_limit=time_limit, count=count, trace_block=trace_block)
     with _Buffers(lib) as buf:
         run = _CPU_RUNNERS[spec.runner] if spec.runner is not None else _fused_cpu
-        return run(spec, shape, lib, buf, q, k, v, causal, scale, out, options)
+        out, report = run(spec, shape, lib, buf, q, k, v, causal, scale, out, options)
+        for launch in report.counts:
+            launch.buffers = list(buf.names)
+        return out, report
 
 
 def _fused_cpu(spec, shape, lib, buf, q, k, v, causal, scale, out, options, cfg=None):
     """The fused (q, k, v, o, L, D, scale, causal) launch of `cfg` (by default the launcher's at
     `shape`) on the executor, o filled with NaN so that a row the kernel never writes shows."""
     cfg = cfg or spec.launch_config(shape)
-    ptrs = [buf.put(t) for t in (q, k, v)] + [buf.put(nbytes=out.numel() * 2, fill=0xFF)]
+    ptrs = [buf.put(t, name=n) for t, n in ((q, "Q"), (k, "K"), (v, "V"))] + \
+        [buf.put(nbytes=out.numel() * 2, fill=0xFF, name="O")]
     report = lib.launch(cfg["entry"], cfg["grid"], cfg["block"], cfg["dynamic_smem"],
                         ptrs + [shape.L, shape.D, scale, int(bool(causal))], **options)
     buf.get(ptrs[3], out)
@@ -162,7 +169,7 @@ def _hybrid_cpu(spec, shape, lib, buf, q, k, v, causal, scale, out, options):
     import torch
 
     s = (q.float() @ k.float().transpose(-2, -1)).half().contiguous()
-    s_ptr = buf.put(s)
+    s_ptr = buf.put(s, name="S")
     cfg = spec.launch_config(shape)
     report = lib.launch(spec.entry, cfg["grid"], cfg["block"], cfg["dynamic_smem"],
                         [s_ptr, shape.L, scale, int(bool(causal))], **options)
@@ -182,11 +189,11 @@ def _split_ctas_cpu(spec, shape, lib, buf, q, k, v, causal, scale, out, options)
     splits = cfg["kv_split"]
     if splits == 1:  # the unsplit kernel, straight into out
         return _fused_cpu(spec, shape, lib, buf, q, k, v, causal, scale, out, options, cfg)
-    q_ptr, k_ptr, v_ptr = (buf.put(t) for t in (q, k, v))
-    o_ptr = buf.put(nbytes=out.numel() * 2, fill=0xFF)
+    q_ptr, k_ptr, v_ptr = (buf.put(t, name=n) for t, n in ((q, "Q"), (k, "K"), (v, "V")))
+    o_ptr = buf.put(nbytes=out.numel() * 2, fill=0xFF, name="O")
     o_shape, ml_shape = split_ctas.scratch_shapes(shape, splits)
-    o_part = buf.put(nbytes=4 * math.prod(o_shape), fill=0xFF)
-    ml = buf.put(nbytes=4 * math.prod(ml_shape), fill=0xFF)
+    o_part = buf.put(nbytes=4 * math.prod(o_shape), fill=0xFF, name="O partials")
+    ml = buf.put(nbytes=4 * math.prod(ml_shape), fill=0xFF, name="m, l partials")
     first = lib.launch(cfg["entry"], cfg["grid"], cfg["block"], cfg["dynamic_smem"],
                        list(split_ctas.partial_args(shape, q_ptr, k_ptr, v_ptr, o_part, ml, causal, scale)), **options)
     combine = split_ctas.combine_config(shape)

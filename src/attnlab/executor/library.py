@@ -11,11 +11,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .build import build_library, source_lines
+from .counts import LaunchCounts, read_counts
 
 # Launch options (runtime/runtime.h).
 OPT_RACES = 1
 OPT_BANKS = 2
 OPT_PREEMPT = 4
+OPT_COUNT = 8
 
 BANK_KINDS = ("ldmatrix", "cp.async", "ld/st")
 _CTYPE_OF = {"p": ctypes.c_void_p, "i": ctypes.c_int32, "u": ctypes.c_uint32, "f": ctypes.c_float,
@@ -64,6 +66,7 @@ class LaunchReport:
     completed: bool                       # every block ran to its end (no deadlock, abort or timeout)
     findings: list[Finding] = field(default_factory=list)
     banks: dict[str, BankCounts] = field(default_factory=dict)
+    counts: list[LaunchCounts] = field(default_factory=list)  # one per launch made with count=True
 
     @property
     def clean(self) -> bool:
@@ -75,7 +78,8 @@ class LaunchReport:
         banks = {kind: BankCounts(*(getattr(self.banks[kind], f) + getattr(later.banks[kind], f)
                                     for f in ("requests", "wavefronts", "ideal")))
                  for kind in self.banks.keys() & later.banks.keys()}
-        return LaunchReport(self.completed and later.completed, self.findings + later.findings, banks)
+        return LaunchReport(self.completed and later.completed, self.findings + later.findings, banks,
+                            self.counts + later.counts)
 
 
 class Library:
@@ -108,7 +112,11 @@ class Library:
         self._lib.attn_cpu_free_all()
 
     def launch(self, entry: str, grid, block, shared_bytes: int, args, seed: int = 0, races: bool = True,
-               banks: bool = False, preempt: bool = True, time_limit: float = 300.0) -> LaunchReport:
+               banks: bool = False, preempt: bool = True, time_limit: float = 300.0, count: bool = False,
+               trace_block: int | None = None) -> LaunchReport:
+        """Run the grid. `count`: also count what it did, per instruction site and per block
+        (attnlab.executor.counts), and record every event of block `trace_block` (its linear index;
+        None: no trace)."""
         sig = self.signature(entry)
         if len(args) != len(sig):
             raise TypeError(f"{entry} takes {len(sig)} arguments ({sig}); got {len(args)}")
@@ -121,11 +129,14 @@ class Library:
         argv = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values])
         grid = tuple(grid) + (1,) * (3 - len(grid))
         block = tuple(block) + (1,) * (3 - len(block))
-        options = (OPT_RACES if races else 0) | (OPT_BANKS if banks else 0) | (OPT_PREEMPT if preempt else 0)
+        options = (OPT_RACES if races else 0) | (OPT_BANKS if banks else 0) | (OPT_PREEMPT if preempt else 0) | \
+            (OPT_COUNT if count else 0)
         thunk = ctypes.cast(getattr(self._lib, f"attn_cpu_thunk_{entry}"), ctypes.c_void_p)
+        self._lib.attn_cpu_set_trace_block(ctypes.c_long(-1 if trace_block is None else int(trace_block)))
         rc = self._lib.attn_cpu_launch(thunk, argv, *grid, *block, int(shared_bytes), int(seed) & (2**64 - 1),
                                        options, float(time_limit))
-        return LaunchReport(completed=rc == 0, findings=self._findings(), banks=self._banks())
+        counts = [read_counts(self._lib, self.path, entry, grid, block, trace_block)] if count else []
+        return LaunchReport(completed=rc == 0, findings=self._findings(), banks=self._banks(), counts=counts)
 
     def _findings(self) -> list[Finding]:
         n = self._lib.attn_cpu_report(None, 0)

@@ -64,18 +64,27 @@ void cp_async_16(unsigned dst, const void* src, int src_bytes) {
         if (!g.aborted) memcpy(c.data, src, (size_t)src_bytes);
     }
     async_issue_shadow(t, off, pc);
-    if (g.options & OPT_BANKS) log_shared_access(t, off, 16, 1, pc);
+    if (g.options & (OPT_BANKS | OPT_COUNT)) log_shared_access(t, off, 16, 1, pc, true);
+    count_site(K_CP_ASYNC, pc, 1, 0, src_bytes);
+    trace_event(t, E_CP_ASYNC, pc, off, (unsigned)src_bytes, t.next_group, -1);
     memset(shared_pointer(off), 0xff, 16);  // poison until the data lands
     t.copies.push_back(c);
 }
 
-void cp_async_commit() { ++g.cur->next_group; }
+void cp_async_commit() {
+    Thread& t = *g.cur;
+    count_site(K_COMMIT, ATTN_CALLER(), 1, 0, 0);
+    trace_event(t, E_COMMIT, ATTN_CALLER(), 0, 0, t.next_group);
+    ++t.next_group;
+}
 
 void cp_async_wait(int pending) {
     Thread& t = *g.cur;
     void* pc = ATTN_CALLER();
     // Groups 0 .. next_group-1 are committed; all but the newest `pending` must be complete.
     const int complete_below = t.next_group - pending;
+    count_site(K_WAIT, pc, 1, 0, 0);
+    trace_event(t, E_WAIT, pc, (uint64_t)(complete_below > 0 ? complete_below : 0), 0, pending);
     size_t kept = 0;
     for (size_t i = 0; i < t.copies.size(); ++i) {
         AsyncCopy& c = t.copies[i];
@@ -92,6 +101,7 @@ void cp_async_wait(int pending) {
 float ex2_approx_ftz(float x) {
     // ex2.approx.ftz.f32 (PTX ISA 9.7.3.22): 2^x, subnormal inputs and results flushed to zero;
     // the hardware's result is within 2 ulp, this one is exact to float rounding.
+    count_site(K_EXP, ATTN_CALLER(), 1, 0, 0);
     if (fabsf(x) < 1.17549435e-38f) x = 0.f;
     const float y = exp2f(x);
     return y < 1.17549435e-38f ? 0.f : y;

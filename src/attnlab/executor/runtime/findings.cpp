@@ -48,7 +48,7 @@ void report(const char* kind, Thread* t, void* pc, const std::string& message, T
 
 // An address in the kernel library as an offset addr2line understands (0 when unknown). A return
 // address points after its call: one byte back lands inside the calling instruction.
-static unsigned long module_offset(void* pc) {
+unsigned long module_offset(void* pc) {
     if (!pc) return 0;
     Dl_info info;
     if (!dladdr(pc, &info) || !info.dli_fbase) return 0;

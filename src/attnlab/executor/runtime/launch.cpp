@@ -10,6 +10,7 @@ void memory_init();
 void set_kernel(void (*thunk)(void**), void** args);
 void* allocate_global(size_t bytes);
 void free_globals();
+static long trace_block = -1;
 std::string findings_text();
 
 static std::vector<uint32_t> clocks;  // MAX_THREADS x MAX_THREADS vector clocks, allocated once
@@ -21,6 +22,9 @@ using namespace attn_cpu;
 #define ATTN_API extern "C" __attribute__((visibility("default")))
 
 ATTN_API int attn_cpu_abi_version() { return 1; }
+
+// The block (linear index) whose events the next counted launch (OPT_COUNT) records; -1: none.
+ATTN_API void attn_cpu_set_trace_block(long block) { trace_block = block; }
 
 ATTN_API void* attn_cpu_alloc(size_t bytes) { return allocate_global(bytes ? bytes : 1); }
 
@@ -58,6 +62,8 @@ ATTN_API int attn_cpu_launch(void (*thunk)(void**), void** args, unsigned gx, un
     view.block_dim = g.block;
     view.grid_dim = g.grid;
     shadow_reset_launch();
+    g.trace_block = trace_block;
+    instrument_launch_begin((unsigned long)gx * gy * gz);
     set_kernel(thunk, args);
     for (int i = 0; i < g.nthreads; ++i) g.threads[i].vc = clocks.data() + (size_t)i * MAX_THREADS;
     for (unsigned z = 0; z < gz && !g.aborted; ++z)
@@ -70,6 +76,7 @@ ATTN_API int attn_cpu_launch(void (*thunk)(void**), void** args, unsigned gx, un
                     g.threads[i].vc[i] = 1;
                 }
                 shadow_reset_block();
+                instrument_block_begin();
                 run_block();
             }
     g.cur = nullptr;

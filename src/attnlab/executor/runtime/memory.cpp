@@ -249,12 +249,29 @@ void global_access(Thread& t, uintptr_t a, unsigned size, bool write, void* pc) 
     }
 }
 
+// OPT_COUNT: what the access adds to the counts, the warp's request log and the trace.
+void instrument_shared(Thread& t, unsigned offset, unsigned size, bool write, void* pc) {
+    if (!g.in_wmma) count_lane(write ? K_SHARED_ST : K_SHARED_LD, pc, size);  // WMMA counts its own
+    trace_access(t, -1, offset, size, write, pc);
+}
+
+void instrument_global(Thread& t, uintptr_t a, unsigned size, bool write, void* pc) {
+    size_t offset = 0;
+    const int buffer = buffer_index(a, &offset);
+    if (buffer < 0) return;  // out of bounds: a finding, not traffic
+    count_lane(write ? K_GLOBAL_ST : K_GLOBAL_LD, pc, size);
+    count_global_bytes(buffer, offset, size, write);
+    log_global_access(t, a, size, write, pc);
+    trace_access(t, buffer, offset, size, write, pc);
+}
+
 inline void access_as(Thread& t, const void* p, unsigned size, bool write, void* pc) {
     const uintptr_t a = (uintptr_t)p;
     if (a - shared_lo < shared_span) {
         const unsigned offset = (unsigned)(a - shared_lo);
         if (size > 1 && (a & (size - 1)) && size <= 16) misaligned(t, p, size, write, pc);
-        if (g.options & OPT_BANKS) log_shared_access(t, offset, size, 0, pc);
+        if (g.options & (OPT_BANKS | OPT_COUNT)) log_shared_access(t, offset, size, g.in_wmma ? 3 : 0, pc, write);
+        if (g.options & OPT_COUNT) instrument_shared(t, offset, size, write, pc);
         shared_access(t, offset, size, write, pc);
         return;
     }
@@ -264,6 +281,7 @@ inline void access_as(Thread& t, const void* p, unsigned size, bool write, void*
         report("timeout", &t, pc, "the launch ran past its time limit (an endless loop?)");
         abort_launch();
     }
+    if (g.options & OPT_COUNT) instrument_global(t, a, size, write, pc);
     global_access(t, a, size, write, pc);
 }
 
@@ -322,6 +340,15 @@ void async_land_shadow(Thread& t, unsigned offset, void* pc) {
 }
 void checked_access(Thread& t, const void* p, unsigned size, bool write, void* pc) {
     access_as(t, p, size, write, pc);
+}
+
+int buffer_index(uintptr_t address, size_t* offset) {
+    for (size_t i = 0; i < buffers.size(); ++i)
+        if (address - (uintptr_t)buffers[i].base < buffers[i].bytes) {
+            *offset = address - (uintptr_t)buffers[i].base;
+            return (int)i;
+        }
+    return -1;
 }
 
 void* allocate_global(size_t bytes) {

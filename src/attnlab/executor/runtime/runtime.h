@@ -8,6 +8,8 @@
 //   wmma.cpp     nvcuda::wmma fragments with a seeded random element-to-lane mapping
 //   async.cpp    cp.async with commit and wait groups, and the other PTX helpers
 //   findings.cpp what a sanitizer would report, one line each, and the bank-conflict counters
+//   instrument.cpp what the kernel did (OPT_COUNT): counts per instruction site and per block, the
+//                distinct global bytes, and the trace of one chosen block, event by event
 //
 // One OS thread runs one launch: the blocks one after another, the threads of a block as fibers
 // that switch only where a CUDA thread may wait (a barrier, a warp-collective operation, exit).
@@ -41,6 +43,7 @@ enum : unsigned {
     OPT_RACES = 1u << 0,    // happens-before race detection (vector clocks)
     OPT_BANKS = 1u << 1,    // count bank conflicts of per-thread shared accesses and cp.async
     OPT_PREEMPT = 1u << 2,  // after a warp-collective, sometimes switch to another warp
+    OPT_COUNT = 1u << 3,    // count per instruction site and per block; trace one block (instrument.cpp)
 };
 
 enum class Run : uint8_t { Ready, Blocked, Exited };
@@ -61,9 +64,10 @@ struct AsyncCopy {
 // One shared-memory access kept for bank-conflict counting (OPT_BANKS).
 struct LoggedAccess {
     void* pc;
-    uint32_t offset;
+    uint64_t offset;  // shared: from the arena base; global: the address
     uint8_t size;
-    uint8_t kind;  // 0 load/store, 1 cp.async
+    uint8_t kind;  // 0 shared load/store, 1 cp.async, 2 global load/store (OPT_COUNT), 3 WMMA fragment element
+    bool write;
 };
 
 // Operands a lane brings to a warp-collective operation.
@@ -107,6 +111,10 @@ struct Thread {
     std::vector<AsyncCopy> copies;
     int next_group = 0;      // number of the group the next cp.async joins
     std::vector<LoggedAccess> log;
+    int step = 0;            // block barriers (bar.sync, bar.arrive) this thread has executed
+    static constexpr int RECENT = 8;
+    long recent[RECENT] = {-1, -1, -1, -1, -1, -1, -1, -1};  // its latest access events in the trace
+    unsigned recent_next = 0;
 };
 
 struct Warp {
@@ -153,6 +161,9 @@ struct State {
     int nthreads = 0, nwarps = 0;
     unsigned block_linear = 0;
     bool aborted = false;
+    bool in_wmma = false;    // the runtime is moving WMMA fragment elements (their layout is not the GPU's)
+    long trace_block = -1;   // the block whose events are recorded (OPT_COUNT), linear index
+    bool tracing = false;    // the running block is that block
     double deadline = 0;     // seconds (monotonic); 0: none
     long long accesses = 0;
     // threads
@@ -193,7 +204,8 @@ bool shared_in_bounds(unsigned offset, unsigned size);
 void checked_access(Thread& t, const void* p, unsigned size, bool write, void* pc);
 void async_issue_shadow(Thread& t, unsigned offset, void* pc);
 void async_land_shadow(Thread& t, unsigned offset, void* pc);
-void log_shared_access(Thread& t, uint32_t offset, unsigned size, int kind, void* pc);
+void log_shared_access(Thread& t, uint32_t offset, unsigned size, int kind, void* pc, bool write = false);
+void log_global_access(Thread& t, uint64_t address, unsigned size, bool write, void* pc);
 void flush_bank_log(int warp);
 unsigned wavefronts_for(const uint32_t* offsets, int n, unsigned size);
 
@@ -202,11 +214,34 @@ void vc_tick(Thread& t);
 void on_thread_exit(Thread& t);
 void barriers_reset();
 
+// instrument.cpp (all no-ops without OPT_COUNT)
+enum SiteKind : uint8_t {
+    K_SHARED_LD, K_SHARED_ST, K_GLOBAL_LD, K_GLOBAL_ST, K_LDMATRIX, K_CP_ASYNC, K_MMA, K_WMMA_LOAD, K_WMMA_STORE,
+    K_WMMA_MMA, K_SHFL, K_SYNCWARP, K_BAR_SYNC, K_BAR_ARRIVE, K_EXP, K_COMMIT, K_WAIT, K_KINDS
+};
+enum EventKind : uint8_t {
+    E_ACCESS, E_LDMATRIX, E_MMA, E_WMMA_LOAD, E_WMMA_STORE, E_WMMA_MMA, E_SHFL, E_SYNCWARP, E_CP_ASYNC, E_COMMIT,
+    E_WAIT, E_BAR_SYNC, E_BAR_ARRIVE, E_EXIT
+};
+void instrument_launch_begin(unsigned long blocks);
+void instrument_block_begin();
+void count_lane(int kind, void* pc, unsigned bytes);                 // one lane's operation
+void count_request(int kind, void* pc, unsigned units, unsigned ideal);  // one warp-wide instruction
+void count_site(int kind, void* pc, long long lanes, long long requests, long long bytes, long long units = 0,
+                long long ideal = 0);
+void count_global_bytes(int buffer, size_t offset, unsigned size, bool write);
+void count_tensor_flops(long flops);
+void trace_access(Thread& t, int buffer, uint64_t offset, unsigned size, bool write, void* pc);
+void trace_event(Thread& t, int kind, void* pc, uint64_t offset, unsigned bytes, int arg, int buffer = -2);
+void trace_warp_event(int warp, int kind, void* pc, int arg = 0);
+int buffer_index(uintptr_t address, size_t* offset);  // -1: not a global buffer
+
 // findings.cpp
 void report(const char* kind, Thread* t, void* pc, const std::string& message, Thread* other = nullptr,
             void* pc2 = nullptr);
 std::string thread_name(const Thread& t);
 std::string lanes_text(unsigned mask);
+unsigned long module_offset(void* pc);  // an address as addr2line reads it (0: unknown)
 
 }  // namespace attn_cpu
 

@@ -82,6 +82,10 @@ static void count_warp_if_complete(int id, int w) {
     if (b.warp_counted[w] || !b.lanes_arrived[w] || (b.lanes_arrived[w] & live) != live) return;
     b.warp_counted[w] = true;
     b.counted += WARP;
+    {  // one warp-wide barrier instruction, at its first lane's site
+        const Thread& first = g.threads[w * WARP + __builtin_ctz(b.lanes_arrived[w])];
+        count_site(first.wait_is_sync ? K_BAR_SYNC : K_BAR_ARRIVE, first.wait_pc, 0, 1, 0);
+    }
     for (int l = 0; l < WARP; ++l) {
         if (!(b.lanes_arrived[w] & (1u << l))) continue;
         Thread& t = g.threads[w * WARP + l];
@@ -126,6 +130,9 @@ static void arrive(int id, int count, bool sync, void* pc) {
         report("barrier after exit", &t, pc, buf);
     }
     if (g.options & OPT_RACES) join_into(b.join, t.vc);
+    count_site(sync ? K_BAR_SYNC : K_BAR_ARRIVE, pc, 1, 0, 0);
+    trace_event(t, sync ? E_BAR_SYNC : E_BAR_ARRIVE, pc, 0, 0, id);
+    ++t.step;
     t.run = Run::Blocked;
     t.wait = WaitOn::Barrier;
     t.wait_barrier = id;
@@ -139,6 +146,7 @@ static void arrive(int id, int count, bool sync, void* pc) {
 }
 
 void on_thread_exit(Thread& t) {
+    trace_event(t, E_EXIT, nullptr, 0, 0, 0);
     ++g.exited_threads;
     g.warps[t.warp].exited |= 1u << t.lane;
     for (int id = 0; id < NUM_BARRIERS; ++id) {

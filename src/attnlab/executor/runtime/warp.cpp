@@ -38,6 +38,8 @@ static unsigned required_lanes(const Warp& w) { return aligned_kind(w.kind) ? w.
 // ---- the operations ---------------------------------------------------------------------------
 
 static void perform_syncwarp(Warp& w, unsigned lanes, int base) {
+    count_site(K_SYNCWARP, w.pc, __builtin_popcount(lanes), 1, 0);
+    trace_warp_event(base / WARP, E_SYNCWARP, w.pc, (int)lanes);
     if (!(g.options & OPT_RACES)) return;
     std::vector<uint32_t> join(g.nthreads, 0u);
     for (int l = 0; l < WARP; ++l)
@@ -54,6 +56,8 @@ static void perform_syncwarp(Warp& w, unsigned lanes, int base) {
 
 // shfl.sync (PTX ISA 9.7.9.6): c = ((32 - width) << 8) | (up ? 0 : 31) as CUDA's intrinsics pass it.
 static void perform_shfl(Warp& w, unsigned lanes, int base) {
+    count_site(K_SHFL, w.pc, __builtin_popcount(lanes), 1, 0);
+    trace_warp_event(base / WARP, E_SHFL, w.pc, (int)lanes);
     for (int l = 0; l < WARP; ++l) {
         if (!(lanes & (1u << l))) continue;
         Thread& t = g.threads[base + l];
@@ -91,6 +95,7 @@ static void perform_shfl(Warp& w, unsigned lanes, int base) {
 // (row 2(l%4), column l/4) and (row 2(l%4)+1, column l/4). The lower index goes to the low half.
 static void perform_ldmatrix(Warp& w, unsigned lanes, int base) {
     uint16_t m[4][8][8];
+    unsigned wavefronts = 0;
     for (int mat = 0; mat < 4; ++mat) {
         uint32_t offsets[8];
         for (int r = 0; r < 8; ++r) {
@@ -106,13 +111,16 @@ static void perform_ldmatrix(Warp& w, unsigned lanes, int base) {
             }
             shared_read(src, off, 16, src.coll.pc);
             memcpy(m[mat][r], shared_pointer(off), 16);
+            trace_event(src, E_LDMATRIX, src.coll.pc, off, 16, 8 * mat + r, -1);
         }
         BankCounter& bc = g.banks[0];
         bc.requests += 1;
-        bc.wavefronts += wavefronts_for(offsets, 8, 16);
+        const unsigned wf = wavefronts_for(offsets, 8, 16);
+        bc.wavefronts += wf;
         bc.ideal += 1;
+        wavefronts += wf;
     }
-    (void)w;
+    count_site(K_LDMATRIX, w.pc, __builtin_popcount(lanes), 1, 4 * 8 * 16, wavefronts, 4);
     for (int l = 0; l < WARP; ++l) {
         if (!(lanes & (1u << l))) continue;
         Thread& t = g.threads[base + l];
@@ -141,6 +149,9 @@ static float half_hi(unsigned r) { return half_bits_to_float((unsigned short)(r 
 //   C, D 16x8 fp32: c0,c1 (g, 2t..2t+1), c2,c3 (g+8, 2t..2t+1).
 // Products of fp16 values are exact in fp32; they are added to C in k order in fp32.
 static void perform_mma(Warp& w, unsigned lanes, int base) {
+    count_site(K_MMA, w.pc, __builtin_popcount(lanes), 1, 0);
+    count_tensor_flops(2 * 16 * 8 * 16);
+    trace_warp_event(base / WARP, E_MMA, w.pc);
     float A[16][16], B[16][8], C[16][8];
     for (int l = 0; l < WARP; ++l) {
         const Thread& t = g.threads[base + l];

@@ -96,6 +96,10 @@ void wmma_perform(Warp& w, unsigned lanes) {
         check_alignment(lead, c, esize);
         const Mapping& m = maps[use];
         const int n = per_lane(use);
+        const bool load = w.kind == C_WMMA_LOAD;
+        count_site(load ? K_WMMA_LOAD : K_WMMA_STORE, c.pc, __builtin_popcount(lanes), 1, 256 * esize);
+        trace_warp_event((int)(&w - g.warps), load ? E_WMMA_LOAD : E_WMMA_STORE, c.pc, use);
+        g.in_wmma = true;
         if (w.kind == C_WMMA_LOAD) {
             for (int s = 0; s < m.slots; ++s) {
                 Thread& t = g.threads[base + s / n];
@@ -112,8 +116,12 @@ void wmma_perform(Warp& w, unsigned lanes) {
                 memcpy(p, (const uint8_t*)t.coll.elements + (s % n) * esize, esize);
             }
         }
+        g.in_wmma = false;
         return;
     }
+    count_site(K_WMMA_MMA, lead.coll.pc, __builtin_popcount(lanes), 1, 0);
+    count_tensor_flops(2 * 16 * 16 * 16);
+    trace_warp_event((int)(&w - g.warps), E_WMMA_MMA, lead.coll.pc);
     // mma_sync: D = A B + C, fp16 products exact in fp32, summed in k order.
     float A[16][16], B[16][16], C[16][16];
     const int a_use = lead.coll.use, b_use = lead.coll.b_use;

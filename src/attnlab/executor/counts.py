@@ -1,0 +1,108 @@
+"""What one launch did on the CPU executor, counted as it ran (runtime/instrument.cpp): per
+instruction site, per block (CTA), the distinct global bytes, and the events of one traced block.
+
+These are measurements of execution, exact and the same on every run: how many bytes, requests,
+wavefronts, sectors, tensor-core instructions, exponentials, barriers and shuffles the kernel's
+threads made. They are never times.
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .build import source_lines
+
+# runtime.h SiteKind, in order.
+SITE_KINDS = ("shared load", "shared store", "global load", "global store", "ldmatrix", "cp.async", "mma.sync",
+              "wmma load", "wmma store", "wmma mma", "shuffle", "__syncwarp", "bar.sync", "bar.arrive", "exp",
+              "cp.async commit", "cp.async wait")
+# runtime.h EventKind, in order.
+EVENT_KINDS = ("access", "ldmatrix", "mma.sync", "wmma load", "wmma store", "wmma mma", "shuffle", "__syncwarp",
+               "cp.async", "commit", "wait_group", "bar.sync", "bar.arrive", "exit")
+# instrument.cpp BlockCounts, in order.
+BLOCK_FIELDS = ("global_read", "global_write", "shared_requests", "shared_wavefronts", "shared_ideal",
+                "tensor_flops", "exps", "barriers", "shuffles", "cp_async_bytes")
+# instrument.cpp Event (40 bytes). buffer: -1 shared memory, -2 none, else a global buffer's index.
+# An access event is `count` accesses of `bytes` each at offset, offset + stride, ...
+EVENT_DTYPE = np.dtype([("offset", "<u8"), ("seq", "<u4"), ("site", "<u4"), ("bytes", "<u4"), ("count", "<u4"),
+                        ("stride", "<i4"), ("arg", "<i4"), ("step", "<u2"), ("buffer", "<i2"), ("warp", "u1"),
+                        ("lane", "u1"), ("kind", "u1"), ("write", "u1")])
+NO_SITE = 2**32 - 1
+WARP_EVENT_LANE = 255  # the lane of an event that belongs to the whole warp (mma, shuffle, ...)
+# The units a memory site's requests are served in.
+UNIT_OF = {"shared load": "wavefronts", "shared store": "wavefronts", "ldmatrix": "wavefronts",
+           "cp.async": "wavefronts", "global load": "sectors", "global store": "sectors"}
+
+
+@dataclass(frozen=True)
+class SiteCount:
+    """One instruction site (a source line; a line with several accesses has several sites) and
+    kind: lanes that executed it, the warp-wide instructions (requests) it made, the bytes they
+    moved, and for memory the units a GPU serves them in (shared: wavefronts, global: 32-byte
+    sectors) next to the fewest possible (ideal)."""
+    where: str
+    kind: str
+    lanes: int
+    requests: int
+    bytes: int
+    units: int
+    ideal: int
+
+    @property
+    def excess(self) -> int:
+        """Units past the ideal: bank-conflict wavefronts, or sectors an uncoalesced request wastes."""
+        return self.units - self.ideal
+
+
+@dataclass
+class LaunchCounts:
+    """The counts of one launch (a kernel entry over its whole grid)."""
+    entry: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    sites: list[SiteCount]
+    blocks: np.ndarray                      # [blocks in linear order, len(BLOCK_FIELDS)] int64
+    distinct: list[tuple[int, int]]         # per global buffer (allocation order): bytes read, written
+    events: np.ndarray                      # EVENT_DTYPE, the traced block's (empty without one)
+    traced_block: int | None = None
+    truncated: bool = False                 # the trace stopped at its cap (the counts did not)
+    buffers: list[str] = field(default_factory=list)  # names of the global buffers, when the caller gave them
+
+    def block_field(self, name: str) -> np.ndarray:
+        return self.blocks[:, BLOCK_FIELDS.index(name)]
+
+    def total(self, name: str) -> int:
+        return int(self.block_field(name).sum())
+
+
+def _array(lib, fn: str, width: int, dtype=ctypes.c_longlong):
+    n = getattr(lib, fn)(None, 0)
+    buf = (dtype * max(1, n * width))()
+    getattr(lib, fn)(buf, n)
+    return np.frombuffer(buf, dtype=np.int64)[: n * width].reshape(n, width).copy() if n else np.zeros((0, width), np.int64)
+
+
+def read_counts(lib, path: Path, entry: str, grid, block, trace_block: int | None) -> LaunchCounts:
+    """The counts of the launch `lib` (a ctypes.CDLL of a kernel library) just ran."""
+    for fn, restype in (("attn_cpu_sites", ctypes.c_long), ("attn_cpu_block_counts", ctypes.c_long),
+                        ("attn_cpu_distinct_bytes", ctypes.c_long), ("attn_cpu_trace", ctypes.c_long)):
+        getattr(lib, fn).restype = restype
+    lib.attn_cpu_sites.argtypes = lib.attn_cpu_block_counts.argtypes = lib.attn_cpu_distinct_bytes.argtypes = \
+        [ctypes.c_void_p, ctypes.c_long]
+    lib.attn_cpu_trace.argtypes = [ctypes.c_void_p, ctypes.c_long]
+    raw_sites = _array(lib, "attn_cpu_sites", 7)
+    places = source_lines(path, [int(r[0]) for r in raw_sites])
+    sites = [SiteCount(places.get(int(r[0]), "?"), SITE_KINDS[int(r[1])], *(int(x) for x in r[2:])) for r in raw_sites]
+    width = lib.attn_cpu_block_fields()
+    assert width == len(BLOCK_FIELDS), "runtime and attnlab.executor.counts disagree on the block counts"
+    blocks = _array(lib, "attn_cpu_block_counts", width)
+    distinct = [tuple(int(x) for x in r) for r in _array(lib, "attn_cpu_distinct_bytes", 2)]
+    n = lib.attn_cpu_trace(None, 0)
+    events = np.zeros(n, dtype=EVENT_DTYPE)
+    if n:
+        lib.attn_cpu_trace(events.ctypes.data, n)
+    return LaunchCounts(entry, tuple(grid), tuple(block), sites, blocks, distinct, events,
+                        trace_block, bool(lib.attn_cpu_trace_truncated()))

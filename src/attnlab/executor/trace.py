@@ -1,0 +1,264 @@
+"""A registered kernel's launch on the CPU executor, instrumented: what its threads did, counted
+over every CTA, and every event of one chosen CTA.
+
+    t = trace("07_mma", MISSION)               # counts of every CTA, the events of CTA 0
+    t.totals()["global_read"], t.sites(), t.events
+    print(format_trace(t))                     # what `python -m attnlab trace 07_mma` prints
+
+Everything here is a measurement of execution (bytes, requests, wavefronts, sectors, instructions,
+exponentials, barriers), exact and the same on every run. None of it is a time: the executor runs
+threads one after another on a CPU core.
+
+A trace is cached on disk (attnlab's cache, under counts/), keyed by the kernel's library (its
+source, configuration, the executor's runtime and the compiler), the shape, the mask and the CTA:
+a page that shows a chapter's counts after another page made them reads them back.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..kernels import registry
+from ..kernels.registry import KernelSpec
+from ..shapes import MISSION, Shape
+from .counts import BLOCK_FIELDS, EVENT_DTYPE, LaunchCounts, SiteCount
+
+CACHE_VERSION = 1
+MMA_FLOPS = 2 * 16 * 8 * 16  # one mma.sync.m16n8k16: the unit tensor-core work is counted in
+
+# The counts a trace totals, in the order they are shown: key, what it counts, unit.
+COUNTS: tuple[tuple[str, str, str], ...] = (
+    ("global_read", "global memory read (all loads, as CTAs ask L2)", "bytes"),
+    ("global_distinct_read", "distinct global bytes read (the least DRAM must deliver)", "bytes"),
+    ("global_write", "global memory written", "bytes"),
+    ("global_requests", "global load and store instructions (warp-wide)", "requests"),
+    ("global_sectors", "32-byte sectors those requests touch", "sectors"),
+    ("global_excess_sectors", "sectors past the fewest that hold the bytes asked for", "sectors"),
+    ("shared_requests", "shared-memory requests (warp-wide, ldmatrix and cp.async included)", "requests"),
+    ("shared_wavefronts", "shared-memory wavefronts", "wavefronts"),
+    ("shared_excess_wavefronts", "wavefronts past the conflict-free ideal (bank conflicts)", "wavefronts"),
+    ("tensor_instructions", "tensor-core work, in mma.sync.m16n8k16 instructions", "instructions"),
+    ("exps", "exponentials (per thread)", "exp"),
+    ("barriers", "block barriers (warp-wide bar.sync and bar.arrive)", "barriers"),
+    ("shuffles", "warp shuffles (warp-wide)", "shuffles"),
+    ("cp_async_bytes", "bytes copied by cp.async", "bytes"),
+)
+
+
+@dataclass
+class Trace:
+    """One instrumented run of a kernel: the counts of each launch it made (chapter 4 makes one on
+    the executor, the split across CTAs two) and the events of CTA `cta` of each."""
+    kernel: str                             # its label: "<id>", or "<id>@sm_XY" where tiles follow the target
+    shape: Shape
+    causal: bool
+    cta: int | None
+    launches: list[LaunchCounts]
+    completed: bool = True
+    findings: list[str] = field(default_factory=list)
+
+    def totals(self) -> dict[str, int]:
+        """Every count of COUNTS, summed over the launches and their CTAs."""
+        out = {name: sum(launch.total(name) for launch in self.launches) for name in BLOCK_FIELDS}
+        sites = self.sites()
+        glob = [s for s in sites if s.kind in ("global load", "global store")]
+        out["global_distinct_read"] = sum(r for launch in self.launches for r, _ in launch.distinct)
+        out["global_distinct_write"] = sum(w for launch in self.launches for _, w in launch.distinct)
+        out["global_requests"] = sum(s.requests for s in glob)
+        out["global_sectors"] = sum(s.units for s in glob)
+        out["global_excess_sectors"] = sum(s.excess for s in glob)
+        out["shared_excess_wavefronts"] = out["shared_wavefronts"] - out["shared_ideal"]
+        out["tensor_instructions"] = out["tensor_flops"] // MMA_FLOPS
+        return out
+
+    def sites(self) -> list[SiteCount]:
+        """Per source line and kind, summed over the launches' instruction sites (one line may hold
+        several instructions of a kind), in the order the kernel first ran them."""
+        merged: dict[tuple[str, str], list[int]] = {}
+        for launch in self.launches:
+            for s in launch.sites:
+                row = merged.setdefault((s.where, s.kind), [0, 0, 0, 0, 0])
+                for i, v in enumerate((s.lanes, s.requests, s.bytes, s.units, s.ideal)):
+                    row[i] += v
+        return [SiteCount(where, kind, *row) for (where, kind), row in merged.items()]
+
+    def per_cta(self, name: str, launch: int = 0) -> np.ndarray:
+        """One count of BLOCK_FIELDS per CTA of a launch, CTAs in linear order (x fastest)."""
+        return self.launches[launch].block_field(name)
+
+    @property
+    def events(self) -> np.ndarray:
+        """The traced CTA's events in the first launch (EVENT_DTYPE)."""
+        return self.launches[0].events if self.launches else np.zeros(0, EVENT_DTYPE)
+
+
+def ideal_counts(shape: Shape, causal: bool) -> dict[str, int]:
+    """What any exact attention kernel must do at `shape`: read Q, K and V and write O once (fp16),
+    one exponential per score it keeps, 4 D FLOPs per score (two matmuls), all of them in
+    m16n8k16 tensor-core instructions where a kernel uses tensor cores, no bank conflict and no
+    wasted sector. Causal keeps the L (L + 1) / 2 scores on and under the diagonal."""
+    B, H, L, D = shape
+    scores = B * H * (L * (L + 1) // 2 if causal else L * L)
+    io = B * H * L * D * 2
+    return {"global_read": 3 * io, "global_distinct_read": 3 * io, "global_write": io, "global_excess_sectors": 0,
+            "shared_excess_wavefronts": 0, "exps": scores, "tensor_instructions": -(-4 * D * scores // MMA_FLOPS)}
+
+
+def _launch_args(spec: KernelSpec, shape: Shape, causal: bool, cta: int | None, seed: int) -> str:
+    from .cpu import library_for
+
+    lib = library_for(spec)
+    return json.dumps([CACHE_VERSION, lib.path.name, spec.id, list(shape), bool(causal), cta, seed])
+
+
+def _cache_file(key: str):
+    from ..paths import cache_dir
+
+    folder = cache_dir() / "counts"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / (hashlib.sha256(key.encode()).hexdigest()[:24] + ".npz")
+
+
+def _save(path, t: Trace) -> None:
+    meta = {"kernel": t.kernel, "shape": list(t.shape), "causal": t.causal, "cta": t.cta, "completed": t.completed,
+            "findings": t.findings,
+            "launches": [{"entry": c.entry, "grid": list(c.grid), "block": list(c.block), "sites": [list(s.__dict__.values()) for s in c.sites],
+                          "distinct": c.distinct, "traced_block": c.traced_block, "truncated": c.truncated,
+                          "buffers": c.buffers} for c in t.launches]}
+    arrays = {f"blocks{i}": c.blocks for i, c in enumerate(t.launches)}
+    arrays.update({f"events{i}": c.events for i, c in enumerate(t.launches)})
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez(tmp, meta=np.array(json.dumps(meta)), **arrays)
+    tmp.replace(path)
+
+
+def _load(path) -> Trace | None:
+    try:
+        with np.load(path) as data:
+            meta = json.loads(str(data["meta"]))
+            launches = [LaunchCounts(m["entry"], tuple(m["grid"]), tuple(m["block"]), [SiteCount(*s) for s in m["sites"]],
+                                     data[f"blocks{i}"], [tuple(d) for d in m["distinct"]], data[f"events{i}"],
+                                     m["traced_block"], m["truncated"], m["buffers"])
+                        for i, m in enumerate(meta["launches"])]
+    except (OSError, KeyError, ValueError):
+        return None
+    return Trace(meta["kernel"], Shape(*meta["shape"]), meta["causal"], meta["cta"], launches, meta["completed"],
+                 meta["findings"])
+
+
+def trace(kernel: str | KernelSpec, shape: Shape = MISSION, causal: bool = False, cta: int | None = 0, *,
+          arch: str | None = None, seed: int = 0, cache: bool = True) -> Trace:
+    """Run `kernel` at `shape` on the CPU executor with its counts on, recording every event of CTA
+    `cta` (its linear index, x fastest; None: counts only). `arch` picks the tiles of a target
+    where the kernel's follow it (default: the GPU at hand's, the L4's sm_89 without one). The race
+    check is off (a count run is not a check; `check --cpu` is); the executor's findings still come
+    back in `findings`. Raises AttentionInputError for a shape the kernel cannot take."""
+    from ..kernels.contract import AttentionInputError, shape_problem
+    from ..pass_rule import make_inputs
+    from .cpu import attention_cpu, cpu_label
+
+    spec = registry.get(kernel, arch) if isinstance(kernel, str) else kernel
+    shape = Shape(*shape)
+    problem = shape_problem(spec, shape, causal)
+    if problem:
+        raise AttentionInputError(f"{spec.id}: {problem}")
+    path = _cache_file(_launch_args(spec, shape, causal, cta, seed)) if cache else None
+    if path is not None and path.exists() and (found := _load(path)) is not None:
+        return found
+    q, k, v = make_inputs(shape, seed, device="cpu")
+    _, report = attention_cpu(spec, q, k, v, causal, seed=seed, races=False, banks=True, count=True,
+                              trace_block=cta, time_limit=900.0)
+    label = cpu_label(spec, arch)
+    result = Trace(label, shape, bool(causal), cta, report.counts, report.completed,
+                   [f.line(label) for f in report.findings])
+    if path is not None and result.completed:
+        _save(path, result)
+    return result
+
+
+def short_places(wheres) -> dict[str, str]:
+    """Each site's place ("a.cuh:3 < k.cu:10 < k.cu:96 < k.cu:120", innermost first) without the
+    frames every site shares (the entry point's own chain) and with a repeated file written once:
+    "a.cuh:3 < k.cu:10"."""
+    frames = {w: w.split(" < ") for w in wheres}
+    common = 0
+    lists = [f for f in frames.values() if f]
+    while lists and all(len(f) > common + 1 for f in lists) and len({f[-1 - common] for f in lists}) == 1:
+        common += 1
+    out = {}
+    for w, f in frames.items():
+        kept = f[: len(f) - common] if common else f
+        text, last_file = [], None
+        for frame in kept:
+            file, _, line = frame.rpartition(":")
+            text.append(f":{line}" if file == last_file else frame)
+            last_file = file
+        out[w] = " < ".join(text)
+    return out
+
+
+def _fmt(n: int) -> str:
+    return f"{n:,}"
+
+
+def format_trace(t: Trace, sites: bool = True) -> str:
+    """The totals next to the ideal, then (with `sites`) one line per source line and kind."""
+    totals, ideal = t.totals(), ideal_counts(t.shape, t.causal)
+    head = [f"{t.kernel} at {t.shape.label()}{', causal' if t.causal else ''} on the CPU executor: counts of "
+            "execution, not times"]
+    for c in t.launches:
+        ctas = int(np.prod(c.grid))
+        traced = f"; CTA {c.traced_block} traced ({len(c.events):,} events{', truncated' if c.truncated else ''})" \
+            if c.traced_block is not None else ""
+        head.append(f"  launch {c.entry}: grid {c.grid} = {ctas} CTAs of {int(np.prod(c.block))} threads{traced}")
+    if not t.completed:
+        head.append("  the launch did not complete: these counts cover only what ran")
+    head += [f"  finding: {f}" for f in t.findings]
+    width = max(len(text) for _, text, _ in COUNTS)
+    lines = head + ["", f"  {'count':<{width}} {'measured':>15} {'ideal':>15}"]
+    for key, text, unit in COUNTS:
+        ref = ideal.get(key)
+        lines.append(f"  {text:<{width}} {_fmt(totals[key]):>15} {(_fmt(ref) if ref is not None else ''):>15}  {unit}")
+    if sites:
+        rows = t.sites()
+        places = short_places([s.where for s in rows])
+        where_w = min(60, max([len(p) for p in places.values()] + [5]))
+        lines += ["", f"  {'site':<{where_w}} {'kind':<15} {'lanes':>12} {'requests':>11} {'bytes':>13} "
+                      f"{'units':>11} {'ideal':>11}"]
+        for s in rows:
+            where = places[s.where]
+            where = where if len(where) <= where_w else where[: where_w - 1] + "…"
+            unit = {"wavefronts": "wf", "sectors": "sec"}.get(_unit(s.kind), "")
+            lines.append(f"  {where:<{where_w}} {s.kind:<15} {_fmt(s.lanes):>12} {_fmt(s.requests):>11} "
+                         f"{_fmt(s.bytes):>13} {(_fmt(s.units) + ' ' + unit) if unit else '':>11} "
+                         f"{(_fmt(s.ideal) if unit else ''):>11}")
+    return "\n".join(lines)
+
+
+def _unit(kind: str) -> str:
+    from .counts import UNIT_OF
+
+    return UNIT_OF.get(kind, "")
+
+
+def to_json(t: Trace, events: bool = True) -> dict:
+    """The whole record as plain data: totals, ideal, sites, per-CTA counts and (with `events`)
+    every traced event."""
+    return {
+        "kernel": t.kernel, "shape": list(t.shape), "causal": t.causal, "cta": t.cta, "completed": t.completed,
+        "findings": t.findings, "measured": "execution counts on the CPU executor (never times)",
+        "totals": t.totals(), "ideal": ideal_counts(t.shape, t.causal),
+        "sites": [s.__dict__ for s in t.sites()],
+        "launches": [{
+            "entry": c.entry, "grid": list(c.grid), "block": list(c.block), "buffers": c.buffers,
+            "distinct_bytes": [{"read": r, "written": w} for r, w in c.distinct],
+            "per_cta": {name: c.block_field(name).tolist() for name in BLOCK_FIELDS},
+            "traced_cta": c.traced_block, "truncated": c.truncated,
+            "site_table": [s.__dict__ for s in c.sites],
+            **({"events": [{k: (v.item() if hasattr(v, "item") else v) for k, v in zip(EVENT_DTYPE.names, e)}
+                           for e in c.events]} if events else {}),
+        } for c in t.launches],
+    }
