@@ -102,7 +102,7 @@ def test_no_time_is_shown_without_a_fresh_record():
         text = _ignored_output_text(page)
         assert "Measured now" not in text, \
             f"{page.name} shows a GPU run, but results/ holds no fresh bench record of {kernels}"
-        assert text.count("Nothing on this page is measured yet") == 1, \
+        assert text.count("No time on this page is measured yet") == 1, \
             f"{page.name}: a page without records says so once, at its top"
         assert "awaits a GPU" not in text, f"{page.name} repeats the notice in its cells"
         assert not re.search(r"\d\s*(µs|us|ms)\b", text), f"{page.name} shows a time without a record"

@@ -175,7 +175,7 @@ def test_chapter_7_points_only_at_what_the_page_shows():
     for name in ALWAYS:
         assert name in blocks and glued[name].strip(), f"{name}: empty, so its section ends on nothing"
     top = "\n".join(out.get("data", {}).get("text/markdown", "") for out in nb.cells[2].outputs)
-    if "Nothing on this page is measured yet" in top:  # no record: nothing may point at one
+    if "No time on this page is measured yet" in top:  # no record: nothing may point at one
         for name in blocks:
             for phrase in POINTERS:
                 assert phrase not in glued[name], f"{name} points at a measurement the page lacks: {glued[name]!r}"

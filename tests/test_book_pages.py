@@ -22,7 +22,7 @@ def test_page_without_records_says_so_once_with_the_command(results, notices):
     assert page.page_status(["01_scalar"], "ch01_scalar") is False
     assert len(notices) == 1
     text = notices[0]
-    assert text.startswith("**Nothing on this page is measured yet.**")
+    assert text.startswith("**No time on this page is measured yet.**")
     assert "No bench record of 01_scalar is committed" in text
     assert "`python tools/run_book.py ch01_scalar --save-results`" in text
 

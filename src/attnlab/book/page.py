@@ -102,7 +102,8 @@ def mode_line() -> str:
 def page_status(kernel_ids: list[str], notebook: str | None, kind: str = "bench") -> bool:
     """The top of a page: what its measuring cells do on this machine and, on one without a GPU
     where no fresh record of `kind` ("bench", "search", "profile", ...) holds any of the page's
-    kernels, the page's one notice: nothing below is measured, and the command that measures it.
+    kernels, the page's one notice: no time below is measured (counts on the CPU executor are), and
+    the command that measures the times.
     Returns whether the page has measurements to show (a GPU, or a fresh record); without them its
     cells leave times, ratios, and the tables and figures drawn from them out, and every
     prediction stays a prediction. `notebook` None: a page drawn from every chapter's records
@@ -113,9 +114,11 @@ def page_status(kernel_ids: list[str], notebook: str | None, kind: str = "bench"
     whose = "the chapters'" if notebook is None else "its"
     why = (_stale_note(kind, kernel_ids[0]) if len(kernel_ids) == 1 else
            f"None of {whose} {len(kernel_ids)} kernels has a {kind} record under results/ that is fresh.")
-    notice(f"**Nothing on this page is measured yet.** This machine has no CUDA GPU. {why} The page "
-           "shows what needs no GPU (predictions, builds, CPU checks); times, ratios and the tables and "
-           f"figures drawn from them are left out. On a CUDA GPU, `python tools/run_book.py "
+    notice(f"**No time on this page is measured yet.** This machine has no CUDA GPU. {why} The page "
+           "measures what needs no GPU: builds, checks on the CPU executor and, where a chapter shows them, "
+           "its kernel's counts of execution there (bytes, requests, instructions: never times). Times, "
+           "ratios and the tables and figures drawn from them are left out; predictions stay predictions. "
+           f"On a CUDA GPU, `python tools/run_book.py "
            f"{notebook + ' ' if notebook else ''}--save-results` measures them and writes the records "
            "under `results/`.")
     return False

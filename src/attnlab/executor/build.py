@@ -34,7 +34,10 @@ CXX_STANDARD = "-std=c++17"
 # -g gives findings their source lines (DWARF 4: binutils 2.40 misplaces files in GCC 12's DWARF 5 line tables
 # when a #line directive names another file).
 COMMON_FLAGS = (CXX_STANDARD, "-O1", "-gdwarf-4", "-fPIC", "-fno-omit-frame-pointer", "-Wno-unknown-pragmas")
-KERNEL_FLAGS = ("-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0",
+# -fno-tree-sra keeps a 16- or 8-byte vector access (uint4, float2, ...) one access, as the GPU
+# issues it: scalar replacement would split `*(uint4*)p = v` into four 4-byte stores whenever v's
+# fields are built or used one by one, and the bank and sector counts would see four requests.
+KERNEL_FLAGS = ("-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0", "-fno-tree-sra",
                 "-include", "attn_cpu/prelude.h")
 RUNTIME_FLAGS = ("-O2", "-fvisibility=hidden")
 

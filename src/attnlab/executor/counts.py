@@ -25,11 +25,13 @@ EVENT_KINDS = ("access", "ldmatrix", "mma.sync", "wmma load", "wmma store", "wmm
 # instrument.cpp BlockCounts, in order.
 BLOCK_FIELDS = ("global_read", "global_write", "shared_requests", "shared_wavefronts", "shared_ideal",
                 "tensor_flops", "exps", "barriers", "shuffles", "cp_async_bytes")
-# instrument.cpp Event (40 bytes). buffer: -1 shared memory, -2 none, else a global buffer's index.
-# An access event is `count` accesses of `bytes` each at offset, offset + stride, ...
+# instrument.cpp Event (48 bytes). buffer: -1 shared memory, -2 none, else a global buffer's index.
+# An access event is `count` accesses of `bytes` each at offset, offset + stride, ...; `epoch`
+# numbers its warp's meetings: the k-th accesses of the lanes at one site in one epoch are one request.
+# A cp.async event writes `bytes` (16) of shared memory at offset and reads `extra` of them from global.
 EVENT_DTYPE = np.dtype([("offset", "<u8"), ("seq", "<u4"), ("site", "<u4"), ("bytes", "<u4"), ("count", "<u4"),
                         ("stride", "<i4"), ("arg", "<i4"), ("step", "<u2"), ("buffer", "<i2"), ("warp", "u1"),
-                        ("lane", "u1"), ("kind", "u1"), ("write", "u1")])
+                        ("lane", "u1"), ("kind", "u1"), ("write", "u1"), ("epoch", "<u4"), ("extra", "<u4")])
 NO_SITE = 2**32 - 1
 WARP_EVENT_LANE = 255  # the lane of an event that belongs to the whole warp (mma, shuffle, ...)
 # The units a memory site's requests are served in.

@@ -66,7 +66,7 @@ void cp_async_16(unsigned dst, const void* src, int src_bytes) {
     async_issue_shadow(t, off, pc);
     if (g.options & (OPT_BANKS | OPT_COUNT)) log_shared_access(t, off, 16, 1, pc, true);
     count_site(K_CP_ASYNC, pc, 1, 0, src_bytes);
-    trace_event(t, E_CP_ASYNC, pc, off, (unsigned)src_bytes, t.next_group, -1);
+    trace_event(t, E_CP_ASYNC, pc, off, 16, t.next_group, -1, (unsigned)src_bytes);
     memset(shared_pointer(off), 0xff, 16);  // poison until the data lands
     t.copies.push_back(c);
 }

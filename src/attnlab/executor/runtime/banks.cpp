@@ -131,6 +131,7 @@ void flush_bank_log(int warp) {
     for (const Bucket& bucket : buckets)
         for (size_t i = 0; i < bucket.slots.size(); i += WARP) count_group(&bucket.slots[i]);
     for (int l = 0; l < WARP && base + l < g.nthreads; ++l) g.threads[base + l].log.clear();
+    ++g.warps[warp].epoch;
 }
 
 }  // namespace attn_cpu

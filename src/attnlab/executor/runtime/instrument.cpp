@@ -39,8 +39,10 @@ struct BlockCounts {
 };
 constexpr int BLOCK_FIELDS = sizeof(BlockCounts) / sizeof(long long);
 
-// 40 bytes, the layout numpy reads (attnlab.executor.counts.EVENT_DTYPE). An access event is a run
-// of `count` accesses of `bytes` each, at offset, offset + stride, ...
+// 48 bytes, the layout numpy reads (attnlab.executor.counts.EVENT_DTYPE). An access event is a run
+// of `count` accesses of `bytes` each, at offset, offset + stride, ... `epoch` numbers the warp's
+// meetings (barriers and collectives where its request log was grouped, banks.cpp): the k-th
+// accesses of a warp's lanes at one site within one epoch are one warp-wide request, as counted.
 struct Event {
     uint64_t offset;  // shared: byte offset in the block's arena; global: byte offset in its buffer
     uint32_t seq;     // order in which the executor ran the events
@@ -52,8 +54,10 @@ struct Event {
     uint16_t step;
     int16_t buffer;   // -1 shared memory, -2 none, else the global buffer's index (allocation order)
     uint8_t warp, lane, kind, write;
+    uint32_t epoch;
+    uint32_t extra;   // cp.async: the bytes it reads from global memory (0..16; the rest is zero-filled)
 };
-static_assert(sizeof(Event) == 40, "the trace's record layout");
+static_assert(sizeof(Event) == 48, "the trace's record layout");
 
 constexpr size_t MAX_EVENTS = 2500000;  // 100 MB: past it the trace stops and says so
 
@@ -141,6 +145,7 @@ Event* new_event(int kind, int warp, int lane, int step, void* pc, int site_kind
     e.step = (uint16_t)std::min(step, 65535);
     e.buffer = -2;
     e.count = 1;
+    e.epoch = g.warps[warp].epoch;
     e.warp = (uint8_t)warp;
     e.lane = (uint8_t)lane;
     e.kind = (uint8_t)kind;
@@ -198,12 +203,15 @@ void trace_access(Thread& t, int buffer, uint64_t offset, unsigned size, bool wr
     const int kind = buffer == -1 ? (write ? K_SHARED_ST : K_SHARED_LD) : (write ? K_GLOBAL_ST : K_GLOBAL_LD);
     const int site_kind = g.in_wmma ? (write ? K_WMMA_STORE : K_WMMA_LOAD) : kind;
     const uint32_t site = (uint32_t)site_index(site_kind, pc);
-    // A contiguous continuation of one of this lane's recent accesses at this site, since the last
-    // warp-wide event, extends it: a loop over a row is one event, not one per element.
-    for (long i : t.recent) {
-        if (i < 0) continue;
+    // The next access of a run extends the run: the lane's latest event at this site (among its
+    // recent ones, since its last warp-wide event), at the same stride. A loop over a row, or down
+    // a column, is one event, not one per element; the order of a lane's accesses at a site is kept.
+    for (unsigned k = 1; k <= Thread::RECENT; ++k) {
+        const long i = t.recent[(t.recent_next - k) % Thread::RECENT];
+        if (i < 0) break;
         Event& e = events[i];
-        if (e.site != site || e.buffer != buffer || e.bytes != size || e.step != t.step) continue;
+        if (e.site != site) continue;
+        if (e.buffer != buffer || e.bytes != size || e.step != t.step || e.epoch != g.warps[t.warp].epoch) break;
         const int64_t delta = (int64_t)offset - (int64_t)e.offset;
         if (e.count == 1 && delta != 0 && delta == (int32_t)delta) {
             e.stride = (int32_t)delta;
@@ -214,6 +222,7 @@ void trace_access(Thread& t, int buffer, uint64_t offset, unsigned size, bool wr
             ++e.count;
             return;
         }
+        break;
     }
     Event* e = new_event(E_ACCESS, t.warp, t.lane, t.step, pc, site_kind);
     if (!e) return;
@@ -225,7 +234,7 @@ void trace_access(Thread& t, int buffer, uint64_t offset, unsigned size, bool wr
     t.recent[t.recent_next++ % Thread::RECENT] = (long)events.size() - 1;
 }
 
-void trace_event(Thread& t, int kind, void* pc, uint64_t offset, unsigned bytes, int arg, int buffer) {
+void trace_event(Thread& t, int kind, void* pc, uint64_t offset, unsigned bytes, int arg, int buffer, unsigned extra) {
     if (!g.tracing) return;
     static const int site_kind[] = {K_SHARED_LD, K_LDMATRIX, K_MMA, K_WMMA_LOAD, K_WMMA_STORE, K_WMMA_MMA,
                                     K_SHFL, K_SYNCWARP, K_CP_ASYNC, K_COMMIT, K_WAIT, K_BAR_SYNC, K_BAR_ARRIVE,
@@ -236,6 +245,7 @@ void trace_event(Thread& t, int kind, void* pc, uint64_t offset, unsigned bytes,
     e->bytes = bytes;
     e->arg = arg;
     e->buffer = (int16_t)buffer;
+    e->extra = extra;
     forget_recent(t);
 }
 
@@ -303,7 +313,7 @@ ATTN_API long attn_cpu_distinct_bytes(long long* out, long cap_buffers) {
     return n;
 }
 
-// The traced block's events (40 bytes each) into `out` when it has room; returns their number.
+// The traced block's events (48 bytes each) into `out` when it has room; returns their number.
 ATTN_API long attn_cpu_trace(void* out, long cap) {
     const long n = (long)events.size();
     if (out && cap >= n) memcpy(out, events.data(), sizeof(Event) * n);

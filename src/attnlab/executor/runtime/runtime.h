@@ -124,6 +124,7 @@ struct Warp {
     int kind = C_NONE;       // the pending collective
     unsigned mask = 0;
     void* pc = nullptr;
+    unsigned epoch = 0;      // times its request log was grouped (banks.cpp): the trace's epochs
 };
 
 struct Barrier {
@@ -232,7 +233,8 @@ void count_site(int kind, void* pc, long long lanes, long long requests, long lo
 void count_global_bytes(int buffer, size_t offset, unsigned size, bool write);
 void count_tensor_flops(long flops);
 void trace_access(Thread& t, int buffer, uint64_t offset, unsigned size, bool write, void* pc);
-void trace_event(Thread& t, int kind, void* pc, uint64_t offset, unsigned bytes, int arg, int buffer = -2);
+void trace_event(Thread& t, int kind, void* pc, uint64_t offset, unsigned bytes, int arg, int buffer = -2,
+                 unsigned extra = 0);
 void trace_warp_event(int warp, int kind, void* pc, int arg = 0);
 int buffer_index(uintptr_t address, size_t* offset);  // -1: not a global buffer
 

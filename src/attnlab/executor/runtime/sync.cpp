@@ -140,7 +140,7 @@ static void arrive(int id, int count, bool sync, void* pc) {
     t.wait_pc = pc;
     b.lanes_arrived[t.warp] |= 1u << t.lane;
     if (sync) b.syncers.push_back(t.tid);
-    if (g.options & OPT_BANKS) flush_bank_log(t.warp);
+    if (g.options & (OPT_BANKS | OPT_COUNT)) flush_bank_log(t.warp);
     count_warp_if_complete(id, t.warp);
     if (t.run == Run::Blocked) block_current(WaitOn::Barrier, pc);
 }
@@ -159,7 +159,7 @@ void on_thread_exit(Thread& t) {
         complete_if_reached(id);
     }
     collective_lane_exited(t.warp, t.lane);
-    if (g.options & OPT_BANKS) flush_bank_log(t.warp);
+    if (g.options & (OPT_BANKS | OPT_COUNT)) flush_bank_log(t.warp);
 }
 
 void syncthreads() { arrive(0, -1, true, ATTN_CALLER()); }

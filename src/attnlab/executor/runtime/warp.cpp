@@ -260,7 +260,7 @@ void rendezvous(int kind, unsigned mask, void* pc) {
     t.run = Run::Blocked;
     t.wait = WaitOn::Collective;
     t.wait_pc = pc;
-    if (g.options & OPT_BANKS) flush_bank_log(t.warp);
+    if (g.options & (OPT_BANKS | OPT_COUNT)) flush_bank_log(t.warp);
     try_complete(t.warp);
     if (t.run == Run::Blocked) block_current(WaitOn::Collective, pc);
 }

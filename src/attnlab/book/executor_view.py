@@ -1,0 +1,540 @@
+"""What the CPU executor saw a chapter's kernel do, as the pages show it: its counts at the mission
+shape next to the ideal and the previous chapter's kernel, and figures drawn from the trace of one
+CTA (attnlab.executor.trace), never by hand.
+
+Every number here is a count of execution (bytes, requests, wavefronts, instructions), measured by
+running the kernel; none is a time. One style for every figure: the warps in the qualitative
+palette WARP_COLORS, the lanes in a cyclic map, counts in a sequential one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..executor.counts import EVENT_KINDS
+from ..executor.trace import Trace, ideal_counts, short_places, trace
+from ..shapes import MISSION, Shape
+from .banks import BANKS, WORD_BYTES, WarpAccess, warp_access
+
+FIGURE_WIDTH = 8.6   # inches: the page's column at the book's resolution
+WARP_CMAP = "tab10"
+LANE_CMAP = "twilight"
+COUNT_CMAP = "viridis"
+
+# The counts a page's table shows, in order: key of Trace.totals(), label.
+PAGE_COUNTS: tuple[tuple[str, str], ...] = (
+    ("global_read", "global bytes read (all CTAs)"),
+    ("global_distinct_read", "distinct global bytes read"),
+    ("global_write", "global bytes written"),
+    ("global_excess_sectors", "wasted 32-byte sectors (uncoalesced)"),
+    ("shared_requests", "shared-memory requests"),
+    ("shared_excess_wavefronts", "extra wavefronts (bank conflicts)"),
+    ("tensor_instructions", "tensor-core instructions (m16n8k16)"),
+    ("exps", "exponentials"),
+    ("barriers", "block barriers (per warp)"),
+    ("shuffles", "warp shuffles"),
+    ("cp_async_bytes", "cp.async bytes"),
+)
+
+
+# Rows a table leaves out where every kernel in it counts zero.
+OPTIONAL_COUNTS = ("tensor_instructions", "barriers", "shuffles", "cp_async_bytes")
+
+
+def counts(kernel_ids: list[str], shape: Shape = MISSION, causal: bool = False) -> dict[str, Trace]:
+    """Each kernel traced at `shape` (every CTA counted, CTA 0 traced; cached on disk)."""
+    return {kid: trace(kid, shape, causal) for kid in kernel_ids}
+
+
+def counts_rows(traces: dict[str, Trace], shape: Shape = MISSION, causal: bool = False) -> tuple[list[str], list[list]]:
+    """The table of PAGE_COUNTS: one row a count, the ideal, then one column a kernel."""
+    ideal = ideal_counts(shape, causal)
+    header = ["count (measured on the CPU executor)", "ideal", *[f"`{k}`" for k in traces]]
+    totals = {k: t.totals() for k, t in traces.items()}
+    rows = []
+    for key, label in PAGE_COUNTS:
+        if key in OPTIONAL_COUNTS and not any(totals[k][key] for k in traces):
+            continue  # (no kernel of the table uses tensor cores, say: the row would say nothing)
+        ref = ideal.get(key)
+        rows.append([label, f"{ref:,}" if ref is not None else "", *[f"{totals[k][key]:,}" for k in traces]])
+    return header, rows
+
+
+def counts_table(kernel_id: str, *others: str, shape: Shape = MISSION, causal: bool = False) -> dict[str, Trace]:
+    """Show a page's table: its kernel's counts at `shape` next to the ideal and the kernels in
+    `others` (the previous chapter's, an ablation), and return the traces."""
+    from .page import md_table
+
+    traces = counts([kernel_id, *others], shape, causal)
+    for kid, t in traces.items():
+        assert t.completed and not t.findings, (kid, t.findings)
+    print(f"Counted by running every CTA on the CPU executor at {shape.label()}"
+          f"{', causal' if causal else ''}: measurements of execution, never times.")
+    md_table(*counts_rows(traces, shape, causal))
+    return traces
+
+
+# --- the trace's accesses, one row per access ------------------------------------------------
+
+@dataclass
+class Accesses:
+    """The traced CTA's accesses of one kind, expanded from the trace's runs: one entry per access."""
+    warp: np.ndarray
+    lane: np.ndarray
+    site: np.ndarray
+    seq: np.ndarray         # the event's order (a run's accesses share it)
+    epoch: np.ndarray       # its warp's meetings so far (the executor groups requests between them)
+    occurrence: np.ndarray  # its rank among its lane's accesses at its site in its epoch, in program order
+    offset: np.ndarray
+    bytes: np.ndarray
+    write: np.ndarray
+    arg: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.offset)
+
+    def where(self, mask) -> "Accesses":
+        return Accesses(*(getattr(self, f)[mask] for f in self.__dataclass_fields__))
+
+
+def _group_starts(keys: np.ndarray) -> np.ndarray:
+    """For rows sorted by `keys` (columns), where each group of equal keys starts (a bool mask)."""
+    new = np.ones(keys.shape[1], bool)
+    if keys.shape[1] > 1:
+        new[1:] = np.any(keys[:, 1:] != keys[:, :-1], axis=0)
+    return new
+
+
+def accesses(t: Trace, buffer: int | None = None, kinds=("access",), launch: int = 0,
+             per_lane_site: int | None = None) -> Accesses:
+    """Every access of the traced CTA to `buffer` (its index in the launch's buffers; -1 shared
+    memory; None: any) among the events of `kinds`, runs expanded; with `per_lane_site`, only each
+    lane's first that many accesses at each site in each epoch (the k-th accesses of a warp's lanes
+    at a site in one epoch are one request, so a cap keeps whole requests)."""
+    ev = t.launches[launch].events
+    sel = np.isin(ev["kind"], [EVENT_KINDS.index(k) for k in kinds])
+    if buffer is not None:
+        sel &= ev["buffer"] == buffer
+    ev = ev[sel]
+    n = ev["count"].astype(np.int64)
+    # each event's first occurrence: the accesses its lane made earlier at its site in its epoch
+    order = np.lexsort((ev["seq"], ev["lane"], ev["epoch"], ev["warp"], ev["site"]))
+    key = np.stack([ev["site"][order], ev["warp"][order], ev["epoch"][order], ev["lane"][order]]).astype(np.int64)
+    starts = _group_starts(key)
+    csum = np.cumsum(n[order]) - n[order]
+    group_base = np.maximum.accumulate(np.where(starts, csum, 0))
+    first = np.empty(len(ev), np.int64)
+    first[order] = csum - group_base
+    take = n if per_lane_site is None else np.clip(per_lane_site - first, 0, n)
+    rep = np.repeat(np.arange(len(ev)), take)
+    within = np.arange(int(take.sum())) - np.repeat(np.cumsum(take) - take, take)
+    offset = ev["offset"].astype(np.int64)[rep] + within * ev["stride"].astype(np.int64)[rep]
+    return Accesses(ev["warp"][rep].astype(np.int64), ev["lane"][rep].astype(np.int64), ev["site"][rep].astype(np.int64),
+                    ev["seq"][rep].astype(np.int64), ev["epoch"][rep].astype(np.int64), first[rep] + within, offset,
+                    ev["bytes"][rep].astype(np.int64),
+                    ev["write"][rep].astype(bool), ev["arg"][rep].astype(np.int64))
+
+
+# --- banks -----------------------------------------------------------------------------------
+
+@dataclass
+class SiteBanks:
+    """One shared-memory source line and kind of the traced CTA, from the trace's addresses: the
+    distinct 4-byte words each bank served per wavefront phase in which it was busy, on average (1:
+    conflict-free; k: a k-way conflict; 0: never used), and the wavefronts its requests took
+    against the ideal (one per phase)."""
+    where: str
+    kind: str
+    words_per_bank: np.ndarray   # [32]
+    wavefronts: int
+    ideal: int
+    requests: int
+
+
+def shared_sites(t: Trace, launch: int = 0, per_lane_site: int | None = None) -> list[SiteBanks]:
+    """Every shared-memory source line and kind of the traced CTA (loads, stores, ldmatrix, cp.async
+    destinations; not WMMA's fragments, whose layout is the runtime's and not the GPU's), as
+    SiteBanks, in the order the kernel first ran them; with `per_lane_site`, from each warp's first
+    that many requests at each instruction in each epoch."""
+    c = t.launches[launch]
+    a = accesses(t, -1, kinds=("access", "ldmatrix", "cp.async"), launch=launch, per_lane_site=per_lane_site)
+    kind_of_site = np.array([s.kind for s in c.sites] + ["none"])
+    a = a.where(~np.isin(kind_of_site[np.minimum(a.site, len(c.sites))], ["wmma load", "wmma store"]))
+    if not len(a):
+        return []
+    site_kind = kind_of_site[a.site]
+    # the phase a lane's access is served in: ldmatrix by matrix (8 row addresses each), else by
+    # the width of the access (16 bytes: quarter-warps, 8: half-warps, less: the whole warp)
+    per_phase = np.where(a.bytes >= 16, 8, np.where(a.bytes == 8, 16, 32))
+    phase = np.where(site_kind == "ldmatrix", a.arg // 8, a.lane // per_phase)
+    words_per_access = (a.bytes + WORD_BYTES - 1) // WORD_BYTES
+    rep = np.repeat(np.arange(len(a)), words_per_access)
+    word = a.offset[rep] // WORD_BYTES + (np.arange(len(rep)) - np.repeat(np.cumsum(words_per_access) - words_per_access,
+                                                                          words_per_access))
+    key = np.stack([a.site[rep], a.warp[rep], a.epoch[rep], a.occurrence[rep], phase[rep], word])
+    uniq = np.unique(key, axis=1)  # distinct words per (instruction, warp, epoch, request, phase)
+    # words per (phase, bank), then per phase its wavefronts (the busiest bank)
+    pb, pb_words = np.unique(np.vstack([uniq[:5], uniq[5] % BANKS]), axis=1, return_counts=True)
+    ph, ph_index = np.unique(pb[:5], axis=1, return_inverse=True)
+    ph_index = ph_index.ravel()
+    wavefronts = np.zeros(ph.shape[1], np.int64)
+    np.maximum.at(wavefronts, ph_index, pb_words)
+    places = {}
+    for i, site in enumerate(c.sites):
+        places.setdefault((site.where, site.kind), []).append(i)
+    first_seq = {}
+    for site_index, seq in zip(a.site, a.seq):
+        first_seq.setdefault(int(site_index), int(seq))
+    out = []
+    for (where, kind), members in places.items():
+        in_pb = np.isin(pb[0], members)
+        if not in_pb.any():
+            continue
+        in_ph = np.isin(ph[0], members)
+        words = np.zeros(BANKS)
+        busy = np.zeros(BANKS)
+        np.add.at(words, pb[5, in_pb], pb_words[in_pb])
+        np.add.at(busy, pb[5, in_pb], 1)
+        requests = len(np.unique(ph[:4, in_ph], axis=1).T)
+        out.append((min(first_seq[m] for m in members if m in first_seq),
+                    SiteBanks(where, kind, np.divide(words, busy, out=np.zeros(BANKS), where=busy > 0),
+                              int(wavefronts[in_ph].sum()), int(in_ph.sum()), requests)))
+    return [sb for _, sb in sorted(out, key=lambda x: x[0])]
+
+
+def warp_access_at(t: Trace, site_where: str, kind: str, warp: int = 0, occurrence: int = 0,
+                   launch: int = 0) -> WarpAccess:
+    """The traced CTA's `occurrence`-th request of `warp` at a shared-memory site (its place as in
+    the counts, and kind; all its instructions), as attnlab.book.banks draws it: each lane's byte
+    offset."""
+    c = t.launches[launch]
+    sites = [i for i, s in enumerate(c.sites) if s.where == site_where and s.kind == kind]
+    a = accesses(t, -1, kinds=("access",), launch=launch)
+    a = a.where(np.isin(a.site, sites) & (a.warp == warp))
+    requests = np.unique(np.stack([a.epoch, a.occurrence]), axis=1)  # in program order
+    epoch, occ = requests[:, occurrence]
+    pick = a.where((a.epoch == epoch) & (a.occurrence == occ))
+    order = np.argsort(pick.lane)
+    assert len(order) == 32, f"{len(order)} lanes at that request"
+    return warp_access(pick.offset[order], int(pick.bytes[0]))
+
+
+def site_label(place: str) -> str:
+    """A short place (short_places) as the line of the kernel that runs it: its outermost frame,
+    "k.cu:10" for "a.cuh:3 < k.cu:7 < :10"."""
+    frames = place.split(" < ")
+    file = next((f.rpartition(":")[0] for f in reversed(frames) if not f.startswith(":")), "")
+    last = frames[-1]
+    return f"{file}{last}" if last.startswith(":") else last
+
+
+def bank_heatmap(t: Trace, title: str | None = None, launch: int = 0, compare: Trace | None = None):
+    """For each shared-memory source line of the traced CTA, the distinct 4-byte words each bank
+    served per wavefront phase in which it was busy (1: conflict-free, k: a k-way conflict, blank:
+    unused), with the line's wavefronts against the ideal; `compare`, a second trace (an
+    ablation), drawn beside it on the same scale."""
+    import matplotlib.pyplot as plt
+
+    traces = [t] + ([compare] if compare is not None else [])
+    panels = [(x, shared_sites(x, launch)) for x in traces]
+    rows = max([len(p) for _, p in panels] + [1])
+    labels = []
+    for _, sites in panels:
+        places = short_places([s.where for s in sites])
+        labels.append([f"{site_label(places[s.where])} {s.kind}" for s in sites])
+    same_rows = len(panels) == 2 and labels[0] == labels[1]
+    fig, axes = plt.subplots(1, len(panels), figsize=(FIGURE_WIDTH, 0.3 * rows + 1.6), squeeze=False)
+    vmax = max([2.0] + [float(s.words_per_bank.max()) for _, p in panels for s in p])
+    cmap = plt.get_cmap(COUNT_CMAP).with_extremes(bad="#f2f2f2")
+    for i, (ax, (x, sites)) in enumerate(zip(axes[0], panels)):
+        img = np.array([np.where(s.words_per_bank > 0, s.words_per_bank, np.nan) for s in sites]) if sites \
+            else np.full((1, BANKS), np.nan)
+        im = ax.imshow(img, aspect="auto", cmap=cmap, vmin=0, vmax=vmax, interpolation="nearest")
+        ax.set_yticks(range(len(sites)))
+        if i == 0 or not same_rows:
+            ax.set_yticklabels(labels[i], fontsize=6.5)
+        else:
+            ax.set_yticklabels([])
+        for row, site in enumerate(sites):
+            ax.text(1.02, row, f"{site.wavefronts:,} / {site.ideal:,}", va="center", ha="left", fontsize=6.5,
+                    transform=ax.get_yaxis_transform())
+        ax.set_xticks(range(0, BANKS, 4))
+        ax.set_xlabel("bank", fontsize=8)
+        ax.tick_params(axis="x", labelsize=7)
+        ax.set_title(f"{x.kernel}, CTA {x.cta}", fontsize=8)
+    fig.subplots_adjust(left=0.26, right=0.8 if len(panels) == 1 else 0.84, wspace=0.45 if same_rows else 0.9,
+                        top=1 - 0.75 / (0.3 * rows + 1.6), bottom=0.55 / (0.3 * rows + 1.6))
+    cax = fig.add_axes([0.93, 0.2, 0.015, 0.6])
+    cbar = fig.colorbar(im, cax=cax)
+    cbar.set_label("words per busy bank and phase", fontsize=7)
+    cbar.ax.tick_params(labelsize=7)
+    fig.suptitle(title or "Shared-memory banks, from the trace's addresses (1 = conflict-free; "
+                          "wavefronts / ideal at the right of each row)", fontsize=8.5)
+    return fig
+
+
+# --- who touches what ------------------------------------------------------------------------
+
+def _row_bytes(t: Trace, name: str) -> int:
+    return t.shape.L * 2 if name == "S" else t.shape.D * 2
+
+
+def touched(t: Trace, name: str, write: bool, launch: int = 0):
+    """(row, column, warp, lane) of every fp16 element of global buffer `name` the traced CTA read
+    (or wrote), rows counted over the whole buffer (head h's rows start at h L)."""
+    c = t.launches[launch]
+    a = accesses(t, c.buffers.index(name), launch=launch)
+    a = a.where(a.write == write)
+    halves = a.bytes // 2
+    rep = np.repeat(np.arange(len(a)), halves)
+    element = a.offset[rep] // 2 + (np.arange(len(rep)) - np.repeat(np.cumsum(halves) - halves, halves))
+    width = _row_bytes(t, name) // 2
+    return element // width, element % width, a.warp[rep], a.lane[rep]
+
+
+def _owner_image(rows, cols, values, width: int):
+    r0, r1 = int(rows.min()), int(rows.max()) + 1
+    img = np.full((r1 - r0, width), np.nan)
+    img[rows - r0, cols] = values
+    return img, r0, r1
+
+
+def _walk(t: Trace, name: str, launch: int = 0):
+    """(x, row, warp) points of the traced CTA's reads of `name`, and what x is: the step (block
+    barriers passed) where the kernel has barriers, else the read's place among its lane's reads
+    of `name`, in program order."""
+    c = t.launches[launch]
+    ev = c.events
+    e = ev[(ev["kind"] == EVENT_KINDS.index("access")) & (ev["buffer"] == c.buffers.index(name)) & (ev["write"] == 0)]
+    width = _row_bytes(t, name)
+    first = e["offset"].astype(np.int64) // width
+    last = (e["offset"].astype(np.int64) + e["stride"].astype(np.int64) * (e["count"].astype(np.int64) - 1)) // width
+    stride = e["stride"].astype(np.int64)
+    # a run along a row (or a few) covers every row between its ends; a run down a column, one row
+    # in stride / width
+    step_rows = np.where(np.abs(stride) < width, 1, np.maximum(np.abs(stride) // width, 1))
+    n_rows = np.abs(last - first) // step_rows + 1
+    rep = np.repeat(np.arange(len(e)), n_rows)
+    k = np.arange(int(n_rows.sum())) - np.repeat(np.cumsum(n_rows) - n_rows, n_rows)
+    rows = np.minimum(first, last)[rep] + k * step_rows[rep]
+    if int(e["step"].max(initial=0)) > 0:
+        x = e["step"].astype(np.int64)[rep]
+        label = "step (block barriers passed)"
+    else:  # where in its lane's stream of reads of the buffer each row comes, in KiB
+        nbytes = e["bytes"].astype(np.int64) * e["count"].astype(np.int64)
+        order = np.lexsort((e["seq"], e["lane"], e["warp"]))
+        starts = _group_starts(np.stack([e["warp"][order], e["lane"][order]]).astype(np.int64))
+        csum = np.cumsum(nbytes[order]) - nbytes[order]
+        base = np.empty(len(e), np.int64)
+        base[order] = csum - np.maximum.accumulate(np.where(starts, csum, 0))
+        per_row = np.where(np.abs(stride) < width, width, e["bytes"].astype(np.int64))
+        x = (base[rep] + k * per_row[rep]) // 1024
+        label = "KiB of it the lane had read before (program order)"
+    pts = np.unique(np.stack([x, rows, e["warp"].astype(np.int64)[rep]]), axis=1)
+    return pts, label
+
+
+def tiling_figure(t: Trace, title: str | None = None, launch: int = 0):
+    """Who touches what in the traced CTA: which warp and which lane reads each element of its Q
+    rows (or the rows of S), which warp writes each element of O, and the walk over K and V: the
+    key rows each warp reads, step by step. Drawn from the trace's addresses."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import ListedColormap
+    from matplotlib.ticker import MaxNLocator
+
+    c = t.launches[launch]
+    names = c.buffers
+    rowwise = [n for n in ("Q", "S") if n in names]
+    walks = [n for n in ("K", "V") if n in names]
+    out = "O" if "O" in names else "S"
+    warps = int(np.prod(c.block)) // 32 or 1
+    warp_cmap = ListedColormap(plt.get_cmap(WARP_CMAP).colors[: max(warps, 1)] if warps <= 10
+                               else plt.get_cmap("tab20").colors[:warps])
+    ncols = 3
+    nrows = 2 if walks else 1
+    fig, axes = plt.subplots(nrows, ncols, figsize=(FIGURE_WIDTH, 3.1 * nrows), squeeze=False)
+    src = rowwise[0]
+    rows, cols, warp, lane = touched(t, src, write=False, launch=launch)
+    width = _row_bytes(t, src) // 2
+    for ax, values, what, cmap, vmax in ((axes[0][0], warp, "warp", warp_cmap, warps - 0.5),
+                                         (axes[0][1], lane, "lane", plt.get_cmap(LANE_CMAP), 31)):
+        img, r0, r1 = _owner_image(rows, cols, values, width)
+        im = ax.imshow(img, aspect="auto", cmap=cmap, vmin=-0.5 if what == "warp" else 0, vmax=vmax,
+                       interpolation="nearest", extent=(-0.5, width - 0.5, r1 - 0.5, r0 - 0.5))
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_title(f"{src} read: which {what}", fontsize=8.5)
+        ax.set_xlabel("column (element of the row)", fontsize=7.5)
+        ax.set_ylabel(f"row of {src}", fontsize=7.5)
+        ax.tick_params(labelsize=7)
+        cb = fig.colorbar(im, ax=ax, fraction=0.05, pad=0.02)
+        cb.ax.tick_params(labelsize=6.5)
+        if what == "warp":
+            cb.set_ticks(range(warps))
+    rows, cols, warp, _ = touched(t, out, write=True, launch=launch)
+    img, r0, r1 = _owner_image(rows, cols, warp, _row_bytes(t, out) // 2)
+    ax = axes[0][2]
+    im = ax.imshow(img, aspect="auto", cmap=warp_cmap, vmin=-0.5, vmax=warps - 0.5, interpolation="nearest",
+                   extent=(-0.5, img.shape[1] - 0.5, r1 - 0.5, r0 - 0.5))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_title(f"{out} written: which warp", fontsize=8.5)
+    ax.set_xlabel("column", fontsize=7.5)
+    ax.set_ylabel(f"row of {out}", fontsize=7.5)
+    ax.tick_params(labelsize=7)
+    for col, name in enumerate(walks):
+        ax = axes[1][col]
+        pts, label = _walk(t, name, launch)
+        x = pts[0].astype(float)
+        if label.startswith("step"):  # each warp in its own column of the step
+            x = x + (pts[2] - (warps - 1) / 2) * 0.8 / max(warps, 1)
+        ax.scatter(x, pts[1], c=pts[2], cmap=warp_cmap, vmin=-0.5, vmax=warps - 0.5, s=3, marker="s",
+                   linewidths=0)
+        ax.invert_yaxis()
+        ax.set_title(f"{name} read, each warp's rows", fontsize=8.5)
+        ax.set_xlabel(label, fontsize=7.5)
+        ax.set_ylabel(f"row of {name}", fontsize=7.5)
+        ax.tick_params(labelsize=7)
+    if walks:
+        ax = axes[1][2]
+        ax.axis("off")
+        per_cta = t.per_cta("global_read", launch)
+        ax.text(0, 0.95, f"CTA {c.traced_block} of {len(per_cta):,} ({c.block[0]} threads, {warps} warps)\n"
+                         f"global bytes it read: {int(per_cta[c.traced_block]):,}\n"
+                         f"every CTA: {int(per_cta.sum()):,}\n"
+                         f"distinct: {sum(r for r, _ in c.distinct):,}",
+                va="top", fontsize=8, family="monospace")
+    fig.suptitle(title or f"{t.kernel} at {t.shape.label()}{', causal' if t.causal else ''}: "
+                 f"who touches what in CTA {c.traced_block} (from the executor's trace)", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+# --- the pipeline ------------------------------------------------------------------------------
+
+def stage_regions(t: Trace, launch: int = 0) -> list[tuple[int, int]]:
+    """The shared-memory ranges [lo, hi) the traced CTA's cp.async groups fill, one per stage of its
+    ring, in address order: each commit group after the first (the first may bring Q along) fills
+    one; a kernel with a single group has one stage."""
+    ev = t.launches[launch].events
+    cp = ev[ev["kind"] == EVENT_KINDS.index("cp.async")]
+    if not len(cp):
+        return []
+    groups = np.unique(cp["arg"])
+    steady = groups[groups >= 1] if (groups >= 1).any() else groups
+    regions = {(int(cp["offset"][cp["arg"] == g].min()), int(cp["offset"][cp["arg"] == g].max()) + 16) for g in steady}
+    return sorted(regions)
+
+
+def pipeline_events(t: Trace, launch: int = 0) -> dict[tuple[int, int], tuple[set, set]]:
+    """(warp, step) -> (stages it issued cp.async copies into, stages it read from shared memory):
+    reads are ldmatrix rows, shared loads and WMMA fragment loads whose bytes fall in a stage."""
+    regions = stage_regions(t, launch)
+    ev = t.launches[launch].events
+    if not regions:
+        return {}
+    lo = np.array([r[0] for r in regions])
+    hi = np.array([r[1] for r in regions])
+
+    def stage_of(offsets):
+        idx = np.searchsorted(lo, offsets, side="right") - 1
+        ok = (idx >= 0) & (offsets < hi[np.maximum(idx, 0)])
+        return np.where(ok, idx, -1)
+
+    out: dict[tuple[int, int], tuple[set, set]] = {}
+    cp = ev[ev["kind"] == EVENT_KINDS.index("cp.async")]
+    for w, s, st in zip(cp["warp"], cp["step"], stage_of(cp["offset"].astype(np.int64))):
+        if st >= 0:
+            out.setdefault((int(w), int(s)), (set(), set()))[0].add(int(st))
+    reads = ev[(ev["buffer"] == -1) & (ev["write"] == 0) &
+               np.isin(ev["kind"], [EVENT_KINDS.index("access"), EVENT_KINDS.index("ldmatrix")])]
+    for w, s, st in zip(reads["warp"], reads["step"], stage_of(reads["offset"].astype(np.int64))):
+        if st >= 0:
+            out.setdefault((int(w), int(s)), (set(), set()))[1].add(int(st))
+    return out
+
+
+def pipeline_figure(t: Trace, title: str | None = None, launch: int = 0):
+    """Per warp and step (block barriers passed) of the traced CTA: the K/V stages it issues cp.async
+    copies into (upper half of the cell) and the stages it reads (lower half). An order of events,
+    not a time axis."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch, Rectangle
+
+    cells = pipeline_events(t, launch)
+    regions = stage_regions(t, launch)
+    c = t.launches[launch]
+    warps = int(np.prod(c.block)) // 32
+    steps = int(c.events["step"].max(initial=0)) + 1
+    palette = plt.get_cmap("Set2").colors
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 0.42 * warps + 1.5))
+    for (w, s), (copies, reads) in cells.items():
+        for top, (letter, stages) in ((w - 0.45, ("c", copies)), (w, ("r", reads))):  # (y grows downward)
+            stages = sorted(stages)
+            for i, st in enumerate(stages):
+                width = 0.9 / len(stages)
+                ax.add_patch(Rectangle((s - 0.45 + i * width, top), width, 0.43, fc=palette[st % len(palette)],
+                                       ec="white", lw=0.4))
+                ax.text(s - 0.45 + (i + 0.5) * width, top + 0.215, f"{letter}{st}", ha="center", va="center",
+                        fontsize=5.5)
+    ax.set_xlim(-0.6, steps - 0.4)
+    ax.set_ylim(warps - 0.5, -0.5)
+    ax.set_yticks(range(warps))
+    ax.set_yticklabels([f"warp {w}" for w in range(warps)], fontsize=7)
+    ax.set_xlabel("step: block barriers passed (an order of events, not time)", fontsize=8)
+    ax.tick_params(axis="x", labelsize=7)
+    handles = [Patch(fc=palette[i % len(palette)], label=f"stage {i}: shared bytes {lo:,}-{hi:,}")
+               for i, (lo, hi) in enumerate(regions)]
+    ax.legend(handles=handles, fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=max(1, len(handles)),
+              frameon=False)
+    ax.set_title(title or f"{t.kernel}, CTA {c.traced_block}: cN = cp.async copies into stage N (upper half), "
+                          "rN = reads of stage N (lower half)", fontsize=8.5)
+    fig.tight_layout()
+    return fig
+
+
+# --- per source line -------------------------------------------------------------------------
+
+def site_bars(t: Trace, kinds=("exp", "shuffle"), title: str | None = None):
+    """Per source line, the operations of `kinds` over every CTA: thread operations (lanes) for
+    exponentials, warp-wide instructions for the rest; the ideal exponentials as a line."""
+    import matplotlib.pyplot as plt
+
+    sites = [s for s in t.sites() if s.kind in kinds]
+    places = short_places([s.where for s in sites])
+    values = [s.lanes if s.kind == "exp" else s.requests for s in sites]
+    labels = [f"{site_label(places[s.where])} {s.kind}" + (" (per thread)" if s.kind == "exp" else " (per warp)")
+              for s in sites]
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 0.32 * len(sites) + 1.3))
+    colors = [plt.get_cmap(WARP_CMAP).colors[list(kinds).index(s.kind)] for s in sites]
+    ax.barh(range(len(sites)), values, color=colors)
+    ax.set_yticks(range(len(sites)))
+    ax.set_yticklabels(labels, fontsize=7)
+    ax.invert_yaxis()
+    for i, v in enumerate(values):
+        ax.text(v, i, f" {v:,}", va="center", fontsize=6.5)
+    ideal = ideal_counts(t.shape, t.causal)["exps"]
+    if "exp" in kinds:
+        ax.axvline(ideal, color="black", lw=0.8, ls="--", label=f"one exponential per score: {ideal:,}")
+        ax.legend(fontsize=7, loc="upper right")
+    ax.set_xlabel("count over every CTA (measured on the CPU executor)", fontsize=8)
+    ax.xaxis.set_major_formatter(lambda v, _: f"{v:,.0f}")
+    ax.tick_params(axis="x", labelsize=7)
+    ax.set_xlim(0, max(values + [ideal]) * 1.25)
+    ax.set_title(title or f"{t.kernel} at {t.shape.label()}: where the exponentials and shuffles are", fontsize=8.5)
+    fig.tight_layout()
+    return fig
+
+
+def glue_counts(prefix: str, t: Trace) -> dict[str, int]:
+    """Glue `t`'s counts for the prose: `{prefix}_<key>` for every total (thousands separated),
+    `{prefix}_ctas`, `{prefix}_reread` (global bytes read per distinct byte) and
+    `{prefix}_exps_per_score` (exponentials per score kept). Returns the totals."""
+    from .page import glue
+
+    tot = t.totals()
+    for key, value in tot.items():
+        glue(f"{prefix}_{key}", f"{value:,}")
+    glue(f"{prefix}_ctas", f"{sum(int(np.prod(c.grid)) for c in t.launches):,}")
+    glue(f"{prefix}_reread", f"{tot['global_read'] / max(tot['global_distinct_read'], 1):.1f}")
+    glue(f"{prefix}_exps_per_score", f"{tot['exps'] / ideal_counts(t.shape, t.causal)['exps']:.2f}")
+    return tot
