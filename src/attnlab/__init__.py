@@ -7,7 +7,8 @@ lists for it below, never a wing above it; the ground imports no wing:
                is, the named shapes, the GPUs' datasheets, the references and the pass rule
     kernels/   the registry (every kernel named once) and what turns an id into a build
     records/   what a GPU run leaves under results/, and why it can be trusted
-    executor/  the kernels run and judged on the CPU
+    executor/  the kernels run and judged on the CPU, and what they did, counted
+    model/     the one model that predicts a kernel's time from those counts
     gpu/       the kernels launched, checked, timed, sanitized, profiled and searched on a GPU
     session/   a lent GPU's session in stages: what it builds, carries and brings back
     book/      what the pages show: their shared steps, quotes of records, figures, teaching models
@@ -33,7 +34,8 @@ WINGS: dict[str, tuple[str, ...]] = {
     "kernels": ("ground",),
     "records": ("ground", "kernels"),
     "executor": ("ground", "kernels"),
+    "model": ("ground", "kernels", "executor"),
     "gpu": ("ground", "kernels", "records"),
     "session": ("ground", "kernels", "records", "gpu"),
-    "book": ("ground", "kernels", "records", "executor", "gpu"),
+    "book": ("ground", "kernels", "records", "executor", "model", "gpu"),
 }

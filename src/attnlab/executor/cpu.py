@@ -125,14 +125,16 @@ class _Buffers:
 
 def attention_cpu(kernel_id: str | KernelSpec, q, k, v, causal: bool = False, scale: float | None = None, *,
                   seed: int = 0, races: bool = True, banks: bool = False, time_limit: float = 300.0,
-                  src_dir=None, count: bool = False, trace_block: int | None = None):
+                  src_dir=None, count: bool = False, trace_block: int | None = None, sms: int | None = None):
     """softmax(q k^T * scale [+ causal mask]) v by a registered kernel on the CPU executor.
 
     q, k, v: contiguous fp16 CPU tensors [B, H, L, D]. Returns (out, report): the output (NaN
     where the kernel wrote nothing) and the executor's LaunchReport (findings, bank counts).
     `seed` picks the order the executor runs warps and lanes in, and its WMMA layouts; `src_dir`
     builds the kernel from a copy of kernels/ instead. `count`: the report's `counts` hold what each
-    launch did (attnlab.executor.counts), with every event of block `trace_block` of each launch."""
+    launch did (attnlab.executor.counts), with every event of block `trace_block` of each launch.
+    `sms`: launch as the launcher would on a GPU of that many SMs (chapter 7's key split follows it;
+    default: the GPU at hand's, the L4's 58 without one)."""
     import torch
 
     from ..kernels.contract import validate
@@ -145,16 +147,16 @@ def attention_cpu(kernel_id: str | KernelSpec, q, k, v, causal: bool = False, sc
     options = dict(seed=seed, races=races, banks=banks, time_limit=time_limit, count=count, trace_block=trace_block)
     with _Buffers(lib) as buf:
         run = _CPU_RUNNERS[spec.runner] if spec.runner is not None else _fused_cpu
-        out, report = run(spec, shape, lib, buf, q, k, v, causal, scale, out, options)
+        out, report = run(spec, shape, lib, buf, q, k, v, causal, scale, out, options, sms=sms)
         for launch in report.counts:
             launch.buffers = list(buf.names)
         return out, report
 
 
-def _fused_cpu(spec, shape, lib, buf, q, k, v, causal, scale, out, options, cfg=None):
+def _fused_cpu(spec, shape, lib, buf, q, k, v, causal, scale, out, options, cfg=None, sms=None):
     """The fused (q, k, v, o, L, D, scale, causal) launch of `cfg` (by default the launcher's at
     `shape`) on the executor, o filled with NaN so that a row the kernel never writes shows."""
-    cfg = cfg or spec.launch_config(shape)
+    cfg = cfg or spec.launch_config(shape, sms)
     ptrs = [buf.put(t, name=n) for t, n in ((q, "Q"), (k, "K"), (v, "V"))] + \
         [buf.put(nbytes=out.numel() * 2, fill=0xFF, name="O")]
     report = lib.launch(cfg["entry"], cfg["grid"], cfg["block"], cfg["dynamic_smem"],
@@ -163,14 +165,14 @@ def _fused_cpu(spec, shape, lib, buf, q, k, v, causal, scale, out, options, cfg=
     return out, report
 
 
-def _hybrid_cpu(spec, shape, lib, buf, q, k, v, causal, scale, out, options):
+def _hybrid_cpu(spec, shape, lib, buf, q, k, v, causal, scale, out, options, sms=None):
     """Chapter 4 on the CPU: the GEMMs in torch at cuBLAS's precisions on the GPU path (fp16 inputs,
     fp32 accumulation, fp16 S and O), the row softmax on the executor."""
     import torch
 
     s = (q.float() @ k.float().transpose(-2, -1)).half().contiguous()
     s_ptr = buf.put(s, name="S")
-    cfg = spec.launch_config(shape)
+    cfg = spec.launch_config(shape, sms)
     report = lib.launch(spec.entry, cfg["grid"], cfg["block"], cfg["dynamic_smem"],
                         [s_ptr, shape.L, scale, int(bool(causal))], **options)
     p = torch.empty_like(s)
@@ -179,13 +181,13 @@ def _hybrid_cpu(spec, shape, lib, buf, q, k, v, causal, scale, out, options):
     return out, report
 
 
-def _split_ctas_cpu(spec, shape, lib, buf, q, k, v, causal, scale, out, options):
+def _split_ctas_cpu(spec, shape, lib, buf, q, k, v, causal, scale, out, options, sms=None):
     """Chapter 7's split across CTAs on the CPU: the partial kernel over every split, then the
     combine, both on the executor (its findings and bank counts merged), the scratch filled with
     NaN so that a partial the combine reads unwritten shows."""
     from ..kernels import split_ctas
 
-    cfg = spec.launch_config(shape)
+    cfg = spec.launch_config(shape, sms)
     splits = cfg["kv_split"]
     if splits == 1:  # the unsplit kernel, straight into out
         return _fused_cpu(spec, shape, lib, buf, q, k, v, causal, scale, out, options, cfg)

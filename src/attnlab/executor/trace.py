@@ -26,7 +26,7 @@ from ..kernels.registry import KernelSpec
 from ..shapes import MISSION, Shape
 from .counts import BLOCK_FIELDS, EVENT_DTYPE, LaunchCounts, SiteCount
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 MMA_FLOPS = 2 * 16 * 8 * 16  # one mma.sync.m16n8k16: the unit tensor-core work is counted in
 
 # The counts a trace totals, in the order they are shown: key, what it counts, unit.
@@ -107,11 +107,12 @@ def ideal_counts(shape: Shape, causal: bool) -> dict[str, int]:
             "shared_excess_wavefronts": 0, "exps": scores, "tensor_instructions": -(-4 * D * scores // MMA_FLOPS)}
 
 
-def _launch_args(spec: KernelSpec, shape: Shape, causal: bool, cta: int | None, seed: int) -> str:
+def _launch_args(spec: KernelSpec, shape: Shape, causal: bool, cta: int | None, seed: int, sms: int | None) -> str:
     from .cpu import library_for
 
     lib = library_for(spec)
-    return json.dumps([CACHE_VERSION, lib.path.name, spec.id, list(shape), bool(causal), cta, seed])
+    return json.dumps([CACHE_VERSION, lib.path.name, spec.id, list(shape), bool(causal), cta, seed,
+                       spec.launch_config(shape, sms)])
 
 
 def _cache_file(key: str):
@@ -150,10 +151,11 @@ def _load(path) -> Trace | None:
 
 
 def trace(kernel: str | KernelSpec, shape: Shape = MISSION, causal: bool = False, cta: int | None = 0, *,
-          arch: str | None = None, seed: int = 0, cache: bool = True) -> Trace:
+          arch: str | None = None, sms: int | None = None, seed: int = 0, cache: bool = True) -> Trace:
     """Run `kernel` at `shape` on the CPU executor with its counts on, recording every event of CTA
     `cta` (its linear index, x fastest; None: counts only). `arch` picks the tiles of a target
-    where the kernel's follow it (default: the GPU at hand's, the L4's sm_89 without one). The race
+    where the kernel's follow it (default: the GPU at hand's, the L4's sm_89 without one), `sms` the
+    SM count the launcher sizes its grid for (chapter 7's key split; default: the GPU at hand's). The race
     check is off (a count run is not a check; `check --cpu` is); the executor's findings still come
     back in `findings`. Raises AttentionInputError for a shape the kernel cannot take."""
     from ..kernels.contract import AttentionInputError, shape_problem
@@ -165,12 +167,12 @@ def trace(kernel: str | KernelSpec, shape: Shape = MISSION, causal: bool = False
     problem = shape_problem(spec, shape, causal)
     if problem:
         raise AttentionInputError(f"{spec.id}: {problem}")
-    path = _cache_file(_launch_args(spec, shape, causal, cta, seed)) if cache else None
+    path = _cache_file(_launch_args(spec, shape, causal, cta, seed, sms)) if cache else None
     if path is not None and path.exists() and (found := _load(path)) is not None:
         return found
     q, k, v = make_inputs(shape, seed, device="cpu")
     _, report = attention_cpu(spec, q, k, v, causal, seed=seed, races=False, banks=True, count=True,
-                              trace_block=cta, time_limit=900.0)
+                              trace_block=cta, time_limit=900.0, sms=sms)
     label = cpu_label(spec, arch)
     result = Trace(label, shape, bool(causal), cta, report.counts, report.completed,
                    [f.line(label) for f in report.findings])

@@ -1,0 +1,107 @@
+"""Predicted times as the pages show them (attnlab.model.bounds): a chapter's one line, the model
+page's tables, and the climb. Every time here says "predicted"; where a fresh GPU record holds the
+kernel, the measured time stands beside it with the model's error, and the record is never
+replaced by a prediction.
+"""
+from __future__ import annotations
+
+from ..gpus import lookup
+from ..model.bounds import ARCH_RATES, PREDICTED_GPUS, Prediction, predict
+from ..shapes import MISSION, Shape
+
+PREDICTED_HATCH = "///"
+
+
+def fmt(us: float) -> str:
+    return f"{us:,.1f} µs predicted"
+
+
+def predictions(kernel_id: str, shape: Shape = MISSION, causal: bool = False, gpus=PREDICTED_GPUS) -> dict[str, Prediction]:
+    return {g: predict(kernel_id, shape, causal, g) for g in gpus}
+
+
+def line(kernel_id: str, shape: Shape = MISSION, causal: bool = False) -> str:
+    """One sentence: the predicted time on each of PREDICTED_GPUS and what bounds it."""
+    parts = [f"{fmt(p.time_us)} on the {g}, bound by {p.bottleneck}"
+             + (f" (its own launch; {', '.join(b.resource for b in p.extra)} added)" if p.extra else "")
+             for g, p in predictions(kernel_id, shape, causal).items()]
+    return (f"Predicted on {' and '.join(PREDICTED_GPUS)} by the book's time model, not measured, for {kernel_id} at "
+            f"{shape.label()}{', causal' if causal else ''}: " + "; ".join(parts) + ".")
+
+
+def show_line(kernel_id: str, shape: Shape = MISSION, causal: bool = False) -> None:
+    from .page import notice
+
+    notice(line(kernel_id, shape, causal) + " The page \"The time model\" states what it assumes.")
+
+
+def bounds_rows(kernel_id: str, shape: Shape = MISSION, causal: bool = False) -> tuple[list[str], list[list]]:
+    """Resource by GPU: each bound (predicted), the largest marked, then the launches and total."""
+    preds = predictions(kernel_id, shape, causal)
+    header = ["resource", *[f"{g} (predicted)" for g in preds]]
+    names = [b.resource for b in next(iter(preds.values())).bounds]
+    extra = [b.resource for b in next(iter(preds.values())).extra]
+    rows = []
+    for name in names + extra:
+        cells = []
+        for p in preds.values():
+            b = next(b for b in p.bounds + p.extra if b.resource == name)
+            mark = " **(bottleneck)**" if b is p.top else ""
+            cells.append(f"{fmt(b.time_us)}{mark}")
+        rows.append([name, *cells])
+    rows.append(["launches", *[f"{p.launches} x {fmt(p.time_us - p.top.time_us - sum(b.time_us for b in p.extra))}"
+                               for p in preds.values()]])
+    rows.append(["**total**", *[f"**{fmt(p.time_us)}**" for p in preds.values()]])
+    return header, rows
+
+
+def measured_rows(kernel_ids, shape: Shape = MISSION, causal: bool = False) -> list[list]:
+    """Kernel, GPU, measured (from the freshest record holding it), predicted for that GPU, error;
+    only where a fresh record exists and the model knows the GPU's architecture."""
+    from .measured import case_time, record_label
+    from .page import fresh_records
+
+    rows = []
+    for kid in kernel_ids:
+        for rec in fresh_records("bench", kid):
+            measured_us = case_time(rec, kid, shape, causal)
+            gpu = lookup(rec["gpu"]["name"])
+            if measured_us is None or gpu is None or gpu.arch not in ARCH_RATES:
+                continue
+            p = predict(kid, shape, causal, gpu.key)
+            rows.append([f"`{kid}`", record_label(rec), f"{measured_us:,.1f} µs measured", fmt(p.time_us),
+                         f"{(p.time_us - measured_us) / measured_us:+.0%}"])
+    return rows
+
+
+def climb_figure(kernel_ids, shape: Shape = MISSION, causal: bool = False, gpus=PREDICTED_GPUS):
+    """Each chapter's kernel, its predicted time on each GPU (hatched, labelled predicted), log
+    scale, the bottleneck written on each bar."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from .executor_view import FIGURE_WIDTH
+
+    preds = {kid: predictions(kid, shape, causal, gpus) for kid in kernel_ids}
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 3.6))
+    width = 0.8 / len(gpus)
+    colors = plt.get_cmap("tab10").colors
+    x = np.arange(len(kernel_ids))
+    for i, g in enumerate(gpus):
+        times = [preds[k][g].time_us for k in kernel_ids]
+        bars = ax.bar(x + (i - (len(gpus) - 1) / 2) * width, times, width, fill=False, hatch=PREDICTED_HATCH,
+                      edgecolor=colors[i], label=f"{g}, predicted")
+        for bar, kid in zip(bars, kernel_ids):
+            ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height() * 1.08, preds[kid][g].bottleneck,
+                    rotation=90, ha="center", va="bottom", fontsize=6)
+    ax.set_yscale("log")
+    ax.set_xticks(x)
+    ax.set_xticklabels(kernel_ids, rotation=20, ha="right", fontsize=7.5)
+    ax.set_ylabel("time, µs (predicted, log scale)", fontsize=8)
+    ax.set_ylim(top=ax.get_ylim()[1] * 8)
+    ax.tick_params(axis="y", labelsize=7)
+    ax.legend(fontsize=7, loc="upper right")
+    ax.set_title(f"Predicted by the book's time model from the executor's counts, {shape.label()}"
+                 f"{', causal' if causal else ''}: not measured", fontsize=8.5)
+    fig.tight_layout()
+    return fig

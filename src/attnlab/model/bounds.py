@@ -1,0 +1,197 @@
+"""The book's one time model: a kernel's counted work divided by the rates of a GPU, resource by
+resource, the largest bound the prediction.
+
+    p = predict("07_mma", MISSION, causal=False, gpu="L4")
+    p.time_us, p.bottleneck, p.bounds            # predicted, never measured
+
+What it takes as given (the page "The time model" states the same):
+  - the counts: every CTA of the launch run on the CPU executor (attnlab.executor.trace) with the
+    tiles and the launch geometry the launcher picks for that GPU (its SM count, its architecture);
+  - the rates per SM and clock of each architecture (ARCH_RATES: the CUDA C++ Programming Guide's
+    throughput table for fp32 FMA, MUFU exponentials, shuffles; 32 banks of 4 bytes of shared memory;
+    dense fp16 tensor-core FLOPs with fp32 accumulation), and the clock that makes the datasheet's
+    tensor-core peak (gpus.GPUS) equal SMs x that rate x clock;
+  - L2 to SM: 64 bytes per clock per SM, an assumption (no datasheet gives it), over every sector
+    the warps' requests touch (no L1 reuse: a bound on L2 traffic, not its measurement);
+  - DRAM: the distinct bytes the launch reads and writes, once, at the datasheet bandwidth;
+  - CTAs go to SMs in launch order, each to the SM with the least work so far, as many per SM as
+    ptxas's registers, the shared memory and the threads allow; an SM's co-resident CTAs share its
+    pipes, so each per-SM resource is bounded by the busiest SM (waves and imbalance included);
+  - a warp issues a dependent fp32 FMA every FMA_LATENCY cycles, so a scheduler with fewer than
+    that many warps runs its FMA pipe at that fraction (the chapters 1-3 kernels are chains of
+    dependent FMAs);
+  - LAUNCH_US per kernel launch, and for chapter 4 the two cuBLAS GEMMs at the tensor-core peak
+    and DRAM (the executor runs only its softmax).
+Not modelled: instruction issue beyond that, latency hiding by the pipeline, L1 hits, clocks
+below boost, and contention between resources (the bounds do not add).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..executor.trace import Trace, ideal_counts, trace
+from ..gpus import SM_LIMITS, GpuSpec, by_key, occupancy
+from ..kernels import registry
+from ..shapes import Shape
+
+# Per SM and clock, by architecture (CUDA C++ Programming Guide, "Arithmetic Instructions"
+# throughput table; tensor cores from the datasheets' dense fp16 peak over SMs and boost clock).
+ARCH_RATES: dict[str, dict[str, float]] = {
+    "sm_80": {"tensor_flops": 2048, "fma": 64, "exp": 16, "shuffle_lanes": 32, "smem_bytes": 128},
+    "sm_86": {"tensor_flops": 1024, "fma": 128, "exp": 16, "shuffle_lanes": 32, "smem_bytes": 128},
+    "sm_89": {"tensor_flops": 1024, "fma": 128, "exp": 16, "shuffle_lanes": 32, "smem_bytes": 128},
+    "sm_90": {"tensor_flops": 4096, "fma": 128, "exp": 16, "shuffle_lanes": 32, "smem_bytes": 128},
+}
+L2_BYTES_PER_CLOCK_SM = 64   # an assumption: no datasheet gives the L2-to-SM bandwidth
+FMA_LATENCY = 4              # cycles between dependent fp32 FMAs of one warp
+SCHEDULERS_PER_SM = 4
+LAUNCH_US = 3.0              # one kernel launch, as a CUDA-graph replay sees it
+PREDICTED_GPUS = ("L4", "H100 SXM")  # what the pages predict for: the reader's card and the lent one
+
+
+@dataclass(frozen=True)
+class Bound:
+    resource: str
+    time_us: float
+    work: str      # what was counted and at which rate, in words
+
+
+@dataclass
+class Prediction:
+    """Predicted, never measured: each resource's bound and the largest, plus the launches."""
+    kernel: str
+    gpu: str
+    shape: Shape
+    causal: bool
+    bounds: list[Bound]
+    launches: int
+    ctas: int
+    ctas_per_sm: int
+    extra: list[Bound] = field(default_factory=list)  # added on top (chapter 4's GEMMs)
+
+    @property
+    def top(self) -> Bound:
+        return max(self.bounds, key=lambda b: b.time_us)
+
+    @property
+    def bottleneck(self) -> str:
+        return self.top.resource
+
+    @property
+    def time_us(self) -> float:
+        return self.top.time_us + sum(b.time_us for b in self.extra) + LAUNCH_US * self.launches
+
+
+def clock_ghz(gpu: GpuSpec) -> float:
+    """The clock at which SMs x the architecture's tensor rate gives the datasheet's peak."""
+    return gpu.fp16_tflops * 1e12 / (gpu.sms * ARCH_RATES[gpu.arch]["tensor_flops"]) / 1e9
+
+
+def ctas_per_sm(kernel: str, shape: Shape, gpu: GpuSpec) -> int:
+    """Resident CTAs per SM of the launch at `shape` on `gpu`: ptxas's registers (nvcc, cached), the
+    launch's threads and shared memory, by the occupancy rules (gpus.occupancy)."""
+    from ..kernels.static import inspect_kernel
+
+    spec = registry.get(kernel, gpu.arch)
+    cfg = spec.launch_config(shape, gpu.sms)
+    report = inspect_kernel(spec, gpu.arch)
+    regs = next((f.registers for f in report.functions if f.name == cfg["entry"]), 0)
+    return occupancy(gpu.arch, int(np.prod(cfg["block"])), regs, cfg["dynamic_smem"]).blocks_per_sm
+
+
+def _schedule(work: np.ndarray, sms: int) -> np.ndarray:
+    """Each CTA's SM: CTAs in launch order, each to the SM with the least work so far."""
+    import heapq
+
+    heap = [(0.0, sm) for sm in range(sms)]
+    owner = np.empty(len(work), np.int64)
+    for i, w in enumerate(work):
+        load, sm = heapq.heappop(heap)
+        owner[i] = sm
+        heapq.heappush(heap, (load + float(w), sm))
+    return owner
+
+
+def bounds_of(t: Trace, gpu: GpuSpec, resident: int, dot_products: bool = True) -> list[Bound]:
+    """Every resource's bound, in µs, for the counts of `t` on `gpu` with `resident` CTAs per SM.
+    `dot_products`: the launch computes the scores and P V (a fused kernel, not chapter 4's softmax),
+    on CUDA cores where it runs no tensor-core instruction."""
+    rates = ARCH_RATES[gpu.arch]
+    hz = clock_ghz(gpu) * 1e9
+    launch = t.launches[0]
+    n = len(launch.blocks)
+    totals = t.totals()
+    ideal = ideal_counts(t.shape, t.causal)
+    threads = int(np.prod(launch.block))
+    at_once = min(resident, math.ceil(n / gpu.sms)) if n else 1  # CTAs an SM holds at a time
+    warps_per_scheduler = at_once * math.ceil(threads / 32) / SCHEDULERS_PER_SM
+    fma_rate = rates["fma"] * min(1.0, warps_per_scheduler / FMA_LATENCY)
+    # CUDA-core FLOPs where no tensor core runs: 4 D per score kept, spread as the exponentials are
+    cuda_flops = 4 * t.shape.D * ideal["exps"] if dot_products and not totals["tensor_flops"] else 0
+    exps = t.per_cta("exps").astype(float)
+    sector_bytes = (totals["global_sectors"] * 32 / max(totals["global_read"] + totals["global_write"], 1))
+    per_cta = {  # seconds of one SM's resource per CTA
+        "tensor cores": t.per_cta("tensor_flops") / (rates["tensor_flops"] * hz),
+        "fp32 FMA": (exps / max(exps.sum(), 1) * cuda_flops / 2) / (fma_rate * hz),
+        "shared memory": t.per_cta("shared_wavefronts") / hz,  # one wavefront per clock
+        "L2 to SM": (t.per_cta("global_read") + t.per_cta("global_write")) * sector_bytes / (L2_BYTES_PER_CLOCK_SM * hz),
+        "exponentials": exps / (rates["exp"] * hz),
+        "shuffles": t.per_cta("shuffles") * 32 / (rates["shuffle_lanes"] * hz),
+    }
+    dominant = np.max(np.stack(list(per_cta.values())), axis=0)
+    owner = _schedule(dominant, gpu.sms)
+    out = []
+    for resource, secs in per_cta.items():
+        busiest = np.bincount(owner, weights=secs, minlength=gpu.sms).max() if n else 0.0
+        out.append(Bound(resource, busiest * 1e6, _work_text(resource, totals, cuda_flops, rates, fma_rate)))
+    dram = (totals["global_distinct_read"] + totals["global_distinct_write"]) / (gpu.dram_gbps * 1e9)
+    out.append(Bound("DRAM", dram * 1e6, f"{totals['global_distinct_read'] + totals['global_distinct_write']:,} "
+                                         f"distinct bytes at {gpu.dram_gbps:g} GB/s"))
+    return out
+
+
+def _work_text(resource: str, totals: dict, cuda_flops: int, rates: dict, fma_rate: float) -> str:
+    return {
+        "tensor cores": f"{totals['tensor_flops']:,} FLOP at {rates['tensor_flops']:g} per SM-clock",
+        "fp32 FMA": f"{cuda_flops:,} FLOP at {2 * fma_rate:g} per SM-clock",
+        "shared memory": f"{totals['shared_wavefronts']:,} wavefronts, one per SM-clock",
+        "L2 to SM": f"{totals['global_sectors'] * 32:,} bytes in sectors at {L2_BYTES_PER_CLOCK_SM} per SM-clock",
+        "exponentials": f"{totals['exps']:,} exponentials at {rates['exp']:g} per SM-clock",
+        "shuffles": f"{totals['shuffles']:,} warp shuffles at one per SM-clock",
+    }[resource]
+
+
+def predict(kernel: str, shape: Shape, causal: bool = False, gpu: str = "L4", t: Trace | None = None) -> Prediction:
+    """The predicted time of `kernel` at `shape` on `gpu` (a key of gpus.GPUS), from its counts
+    with that GPU's tiles and launch geometry (traced here, or `t`)."""
+    spec_gpu = by_key(gpu)
+    if spec_gpu.arch not in ARCH_RATES or spec_gpu.arch not in SM_LIMITS:
+        raise KeyError(f"no rates for {spec_gpu.arch}; the model knows {', '.join(ARCH_RATES)}")
+    t = t or trace(kernel, shape, causal, arch=spec_gpu.arch, sms=spec_gpu.sms)
+    resident = ctas_per_sm(kernel, shape, spec_gpu)
+    hybrid = registry.get(kernel).runner == "attnlab.gpu.hybrid:run_cublas_hybrid"
+    bounds = bounds_of(t, spec_gpu, resident, dot_products=not hybrid)
+    extra = []
+    launches = len(t.launches)
+    if hybrid:
+        extra = _gemm_bounds(shape, spec_gpu)
+        launches += 2
+    return Prediction(t.kernel, gpu, shape, causal, bounds, launches, sum(len(c.blocks) for c in t.launches),
+                      resident, extra)
+
+
+def _gemm_bounds(shape: Shape, gpu: GpuSpec) -> list[Bound]:
+    """Chapter 4's two cuBLAS GEMMs (S = Q K^T, O = P V), each at the larger of the tensor-core peak
+    and DRAM for its operands (fp16): the executor runs only the softmax between them."""
+    B, H, L, D = shape
+    flops = 2 * B * H * L * L * D
+    out = []
+    for name, nbytes in (("GEMM S = Q K^T", 2 * B * H * (2 * L * D + L * L)),
+                         ("GEMM O = P V", 2 * B * H * (L * L + 2 * L * D))):
+        secs = max(flops / (gpu.fp16_tflops * 1e12), nbytes / (gpu.dram_gbps * 1e9))
+        out.append(Bound(name, secs * 1e6, f"{flops:,} FLOP, {nbytes:,} bytes"))
+    return out
+

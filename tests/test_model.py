@@ -1,0 +1,93 @@
+"""The time model (attnlab.model.bounds): each resource's bound equals the hand computation for a
+planted launch (counts chosen here, the rates of the L4 and the H100), the busiest SM sets it
+(waves and imbalance), and a prediction of a real kernel names its bottleneck and says predicted."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attnlab.executor.counts import BLOCK_FIELDS, EVENT_DTYPE, LaunchCounts, SiteCount
+from attnlab.executor.trace import Trace
+from attnlab.gpus import by_key
+from attnlab.model import bounds
+from attnlab.shapes import MISSION, Shape
+
+L4, H100 = by_key("L4"), by_key("H100 SXM")
+
+
+def _trace(ctas: int, shape=Shape(1, 1, 64, 64), sectors_per_byte: float = 1 / 32, **per_cta) -> Trace:
+    """A launch of `ctas` CTAs of 128 threads, each with the counts given (BLOCK_FIELDS names)."""
+    blocks = np.zeros((ctas, len(BLOCK_FIELDS)), np.int64)
+    for name, value in per_cta.items():
+        blocks[:, BLOCK_FIELDS.index(name)] = value
+    moved = int(blocks[:, 0].sum() + blocks[:, 1].sum())
+    sites = [SiteCount("k.cu:1", "global load", 0, 1, moved, int(moved * sectors_per_byte), int(moved / 32))]
+    launch = LaunchCounts("k", (ctas, 1, 1), (128, 1, 1), sites, blocks, [(4096, 1024)], np.zeros(0, EVENT_DTYPE))
+    return Trace("planted", shape, False, None, [launch])
+
+
+def _bound(t, gpu, resource, resident=1, dot_products=True) -> float:
+    return next(b.time_us for b in bounds.bounds_of(t, gpu, resident, dot_products) if b.resource == resource)
+
+
+def test_clock_is_the_one_that_makes_the_datasheet_peak():
+    assert bounds.clock_ghz(L4) == pytest.approx(121e12 / (58 * 1024) / 1e9)
+    assert bounds.clock_ghz(H100) == pytest.approx(989e12 / (132 * 4096) / 1e9)
+
+
+@pytest.mark.parametrize("gpu", [L4, H100], ids=lambda g: g.key)
+def test_each_resource_bound_is_count_over_rate_on_one_sm(gpu):
+    hz = bounds.clock_ghz(gpu) * 1e9
+    rates = bounds.ARCH_RATES[gpu.arch]
+    t = _trace(gpu.sms, tensor_flops=1 << 20, shared_wavefronts=5000, exps=8000, shuffles=300,
+               global_read=64000, global_write=16000)
+    assert _bound(t, gpu, "tensor cores") == pytest.approx((1 << 20) / (rates["tensor_flops"] * hz) * 1e6)
+    assert _bound(t, gpu, "shared memory") == pytest.approx(5000 / hz * 1e6)
+    assert _bound(t, gpu, "exponentials") == pytest.approx(8000 / (16 * hz) * 1e6)
+    assert _bound(t, gpu, "shuffles") == pytest.approx(300 * 32 / (32 * hz) * 1e6)
+    assert _bound(t, gpu, "L2 to SM") == pytest.approx(80000 / (64 * hz) * 1e6)
+    assert _bound(t, gpu, "DRAM") == pytest.approx((4096 + 1024) / (gpu.dram_gbps * 1e9) * 1e6)
+    assert _bound(t, gpu, "fp32 FMA") == 0  # tensor cores ran: no dot product on CUDA cores
+
+
+def test_one_cta_too_many_doubles_the_busiest_sm():
+    one_wave = _trace(L4.sms, tensor_flops=1 << 20)
+    plus_one = _trace(L4.sms + 1, tensor_flops=1 << 20)
+    assert _bound(plus_one, L4, "tensor cores") == pytest.approx(2 * _bound(one_wave, L4, "tensor cores"))
+
+
+def test_uncoalesced_sectors_inflate_the_l2_bound():
+    tight = _trace(L4.sms, global_read=32000)
+    loose = _trace(L4.sms, global_read=32000, sectors_per_byte=4 / 32)
+    assert _bound(loose, L4, "L2 to SM") == pytest.approx(4 * _bound(tight, L4, "L2 to SM"))
+
+
+def test_fma_bound_follows_the_warps_a_scheduler_has():
+    """4 D FLOPs per score on CUDA cores, as the CTAs' exponentials are spread; with one CTA of 4
+    warps per SM each scheduler has one warp, so the pipe runs at 1/FMA_LATENCY."""
+    shape = Shape(1, 1, 128, 64)
+    t = _trace(1, shape, exps=128 * 128)
+    hz = bounds.clock_ghz(L4) * 1e9
+    flops = 4 * 64 * 128 * 128
+    want = flops / 2 / (128 / bounds.FMA_LATENCY * hz) * 1e6
+    assert _bound(t, L4, "fp32 FMA") == pytest.approx(want)
+    assert _bound(t, L4, "fp32 FMA", dot_products=False) == 0
+
+
+def test_prediction_of_the_last_chapter_names_its_bottleneck():
+    p = bounds.predict("07_mma", MISSION, False, "L4")
+    assert p.bottleneck in {b.resource for b in p.bounds}
+    assert p.time_us == pytest.approx(p.top.time_us + bounds.LAUNCH_US)
+    assert p.ctas == 64 and p.ctas_per_sm >= 1
+    tensor = next(b for b in p.bounds if b.resource == "tensor cores")
+    floor = MISSION.flops(False) / (L4.fp16_tflops * 1e12) * 1e6
+    assert tensor.time_us >= floor * 0.999  # never under the datasheet peak
+    h = bounds.predict("07_mma", MISSION, False, "H100 SXM")
+    assert h.kernel == "07_mma@sm_90" and h.time_us < p.time_us
+
+
+def test_hybrid_adds_its_gemms_and_their_launches():
+    p = bounds.predict("04_cublas_hybrid", MISSION, False, "L4")
+    assert [b.resource for b in p.extra] == ["GEMM S = Q K^T", "GEMM O = P V"]
+    assert p.launches == 3
+    assert next(b for b in p.bounds if b.resource == "fp32 FMA").time_us == 0

@@ -1,0 +1,35 @@
+"""Predicted times on the pages (attnlab.book.predicted): every time says predicted, and a fresh
+record's measured time stands beside the prediction with the model's error, never replaced."""
+from __future__ import annotations
+
+import re
+
+from attnlab.book import predicted
+from attnlab.model.bounds import predict
+from attnlab.shapes import MISSION
+
+
+def test_every_time_in_a_line_or_table_says_predicted():
+    text = predicted.line("07_mma")
+    assert "not measured" in text and text.count("µs predicted") == 2
+    header, rows = predicted.bounds_rows("04_cublas_hybrid")
+    assert all("(predicted)" in h for h in header[1:])
+    for row in rows:
+        for cell in row[1:]:
+            assert not re.search(r"\d\s*µs", cell) or "predicted" in cell
+    assert any(r[0].startswith("GEMM") for r in rows)
+
+
+def test_measured_stands_beside_the_prediction_with_its_error(results):
+    from synthetic import synthetic_record
+
+    from attnlab.records.results import write_record
+
+    assert predicted.measured_rows(["01_scalar"]) == []
+    write_record(synthetic_record(gpu="NVIDIA L4", kernel_us=200.0), results)
+    rows = predicted.measured_rows(["01_scalar"])
+    assert len(rows) == 1
+    kid, label, measured, pred, error = rows[0]
+    assert measured == "200.0 µs measured" and "NVIDIA L4" in label
+    want = predict("01_scalar", MISSION, False, "L4").time_us
+    assert pred == predicted.fmt(want) and error == f"{(want - 200.0) / 200.0:+.0%}"
