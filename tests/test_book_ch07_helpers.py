@@ -133,7 +133,7 @@ def test_the_lane_map_reads_at_the_books_column_width():
     plt.close(old)
 
     nb = nbformat.read(ROOT / "book" / "ch07_mma_swizzle.ipynb", as_version=4)
-    shown = [out for c in nb.cells if c.cell_type == "code" and "mma_fragment_figure()" in c.source
+    shown = [out for c in nb.cells if c.cell_type == "code" and "mma_fragment_figure(" in c.source
              for out in c.outputs if "image/png" in out.get("data", {})]
     assert len(shown) == 1
     assert _png_width(base64.b64decode(shown[0]["data"]["image/png"])) == width, "re-execute the page"

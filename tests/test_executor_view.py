@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import io
 
+import numpy as np
 import pytest
 
 from attnlab.book import banks, executor_view, swizzle
@@ -131,3 +132,16 @@ def test_site_bars_show_the_redundant_exponentials():
     exps = sum(s.lanes for s in t.sites() if s.kind == "exp")
     assert exps == t.totals()["exps"] > 4 * SMALL.L * SMALL.L  # each score's exp on D / 8 = 8 lanes
     assert _png(executor_view.site_bars(t))
+
+
+def test_fragment_maps_read_back_from_execution_are_the_isa_tables():
+    """kernels/probe_fragments.cu, run on the executor with the kernel's own ldmatrix addressing,
+    gives every lane the A, B and C/D elements the PTX ISA's mma.m16n8k16 tables assign it."""
+    from attnlab.book import fragments
+
+    executed, isa = fragments.executed_maps(), fragments.mma_m16n8k16_maps()
+    for name in ("A", "B", "C"):
+        for got, want in zip(executed[name], isa[name]):
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=name)
+    # lane 5: groupID 1, threadID_in_group 1 -> a0, a1 at row 1, columns 2, 3; c2, c3 at row 9
+    assert list(executed["A"][1][5, :2]) == [2, 3] and list(executed["C"][0][5, 2:]) == [9, 9]

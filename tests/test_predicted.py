@@ -33,3 +33,26 @@ def test_measured_stands_beside_the_prediction_with_its_error(results):
     assert measured == "200.0 µs measured" and "NVIDIA L4" in label
     want = predict("01_scalar", MISSION, False, "L4").time_us
     assert pred == predicted.fmt(want) and error == f"{(want - 200.0) / 200.0:+.0%}"
+
+
+def test_grid_fill_places_the_launchers_real_grid():
+    """The L4's 58 SMs take 07_mma's 64 CTAs at the mission shape as one full wave and 6 more; the
+    H100's 132 take the 128 of the launcher's split for them, leaving 4 idle: the launcher's grid,
+    not a model's."""
+    import numpy as np
+
+    from attnlab.gpus import by_key
+    from attnlab.kernels import registry
+
+    for gpu in ("L4", "H100 SXM"):
+        g = by_key(gpu)
+        owner, us, grid = predicted.grid_fill("07_mma", gpu)
+        cfg = registry.get("07_mma", g.arch).launch_config(MISSION, g.sms)
+        assert tuple(grid) == tuple(cfg["grid"]) + (1,) * (3 - len(cfg["grid"]))
+        n = int(np.prod(grid))
+        per_sm = np.bincount(owner, minlength=g.sms)
+        assert per_sm.sum() == n and len(us) == n and (us > 0).all()
+        if n <= g.sms:
+            assert per_sm.max() == 1 and (per_sm == 0).sum() == g.sms - n
+        else:
+            assert (per_sm == 2).sum() == n - g.sms

@@ -1,6 +1,7 @@
-"""Which lane holds which element of an `mma.sync.m16n8k16` fragment, from the PTX ISA's formulas,
-and the figures chapter 7 draws of it: A next to two C blocks repacked as the next MMA's A operand
-(how the kernel keeps P in registers), then B and C. Pure NumPy and matplotlib.
+"""Which lane holds which element of an `mma.sync.m16n8k16` fragment, from the PTX ISA's formulas
+and read back from execution (kernels/probe_fragments.cu on the CPU executor), and the figures
+chapter 7 draws of it: A next to two C blocks repacked as the next MMA's A operand (how the kernel
+keeps P in registers), then B and C.
 """
 from __future__ import annotations
 
@@ -88,14 +89,15 @@ def _lane_panel(ax, title: str, axis_labels: tuple[str, str], rows, cols, regs, 
               bbox_to_anchor=(0.5, -0.1), frameon=False, handlelength=1, columnspacing=0.8, borderaxespad=0)
 
 
-def mma_fragment_figure():
+def mma_fragment_figure(maps: dict | None = None):
     """Four maps of lane ownership in mma.sync.m16n8k16, each cell labelled with the lane that
     holds it and coloured by the 32-bit register, sized to read at the book's column width: A above
     two C blocks of S packed as the kernel packs P (which must read exactly like A), B above C/D
-    (the block P is packed from)."""
+    (the block P is packed from). `maps`: as mma_m16n8k16_maps returns them (the default), or as
+    executed_maps reads them back from the CPU executor."""
     import matplotlib.pyplot as plt
 
-    maps = mma_m16n8k16_maps()
+    maps = maps or mma_m16n8k16_maps()
     grid = [[("A (16x16, row): Q, or P", ("m", "k"), maps["A"], "a"),
              ("B (16x8, col): K^T or V", ("k", "n"), maps["B"], "b")],
             [("two C blocks of S, packed as P", ("m", "k"), accumulator_pair_as_a(), "pa"),
@@ -123,3 +125,44 @@ def smallest_text_px(fig, dpi: float, column_px: float = COLUMN_PX) -> float:
     scale = min(1.0, column_px / width_px)
     sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
     return min(sizes) * dpi / 72 * scale
+
+
+def executed_maps() -> dict[str, tuple]:
+    """mma_m16n8k16_maps read back from execution: kernels/probe_fragments.cu run on the CPU
+    executor loads A (a 16 x 16 block of Q) and B (keys 0-7 of a K tile) with ldmatrix as chapter 7
+    loads them, from swizzled tiles whose elements hold their own coordinates, and computes D = A B
+    with B the identity. The value a lane holds names the element: (rows, cols, regs) per operand."""
+    import ctypes
+
+    import numpy as np
+
+    from ..executor.library import load
+
+    lib = load("probe_fragments.cu", ["attn_probe_fragments"])
+    r, c = np.meshgrid(np.arange(16), np.arange(64), indexing="ij")
+    coords = np.where(c < 16, 16 * r + c, 0).astype(np.float16)   # element (r, c) holds 16 r + c
+    identity = (c == r).astype(np.float16)                          # K = I: D = A B = A
+
+    def run(a, k):
+        ptrs = []
+        for arr in (a, k):
+            p = lib.alloc(arr.nbytes)
+            ctypes.memmove(p, arr.ctypes.data, arr.nbytes)
+            ptrs.append(p)
+        outs = [np.zeros(n, np.float32) for n in (32 * 8, 32 * 4, 32 * 4)]
+        ptrs += [lib.alloc(o.nbytes) for o in outs]
+        report = lib.launch("attn_probe_fragments", (1,), (32,), 0, ptrs)
+        assert report.clean, [f.line("probe_fragments") for f in report.findings]
+        for o, p in zip(outs, ptrs[2:]):
+            ctypes.memmove(o.ctypes.data, p, o.nbytes)
+        lib.free_all()
+        return outs
+
+    out_a, out_b, _ = run(coords, coords)
+    _, _, out_d = run(coords, identity)
+    a = out_a.reshape(32, 8).astype(np.int64)
+    b = out_b.reshape(32, 4).astype(np.int64)
+    d = out_d.reshape(32, 4).astype(np.int64)
+    return {"A": (a // 16, a % 16, np.broadcast_to(np.arange(8) // 2, (32, 8))),
+            "B": (b % 16, b // 16, np.broadcast_to(np.arange(4) // 2, (32, 4))),   # B[k][n] = K[n][k]
+            "C": (d // 16, d % 16, np.broadcast_to(np.arange(4), (32, 4)))}

@@ -105,3 +105,55 @@ def climb_figure(kernel_ids, shape: Shape = MISSION, causal: bool = False, gpus=
                  f"{', causal' if causal else ''}: not measured", fontsize=8.5)
     fig.tight_layout()
     return fig
+
+
+def grid_fill(kernel_id: str, gpu: str, shape: Shape = MISSION, causal: bool = False):
+    """(owner SM of each CTA, each CTA's predicted µs on its largest resource, the launch's grid) of
+    the launcher's real grid for `gpu` at `shape`, placed as the model places it."""
+    import numpy as np
+
+    from ..executor.trace import trace
+    from ..gpus import by_key
+    from ..model.bounds import ctas_per_sm, per_cta_seconds, placement
+
+    g = by_key(gpu)
+    t = trace(kernel_id, shape, causal, arch=g.arch, sms=g.sms)
+    per_cta = per_cta_seconds(t, g, ctas_per_sm(kernel_id, shape, g))
+    return placement(per_cta, g.sms), np.max(np.stack(list(per_cta.values())), axis=0) * 1e6, t.launches[0].grid
+
+
+def grid_fill_figure(kernel_id: str, shape: Shape = MISSION, gpus=PREDICTED_GPUS):
+    """Per SM, the CTAs the launcher's grid puts on it (stacked, in the order they arrive), each as
+    tall as its predicted time on its largest resource: non-causal and causal, on each GPU. Idle SMs
+    and a second wave show as gaps and towers."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from ..gpus import by_key
+    from .executor_view import FIGURE_WIDTH
+
+    fig, axes = plt.subplots(2, len(gpus), figsize=(FIGURE_WIDTH, 4.6), squeeze=False)
+    colors = plt.get_cmap("tab10").colors
+    for col, gpu in enumerate(gpus):
+        for row, causal in enumerate((False, True)):
+            ax = axes[row][col]
+            owner, us, grid = grid_fill(kernel_id, gpu, shape, causal)
+            sms = by_key(gpu).sms
+            base = np.zeros(sms)
+            for sm, h in zip(owner, us):
+                ax.bar(sm, h, bottom=base[sm], width=0.9, color=colors[2] if base[sm] > 0 else colors[0],
+                       edgecolor="white", linewidth=0.3)
+                base[sm] += h
+            idle = int((base == 0).sum())
+            ax.set_title(f"{gpu}{', causal' if causal else ''}: grid {tuple(grid)}, {len(owner)} CTAs on {sms} SMs"
+                         f"{f', {idle} idle' if idle else ''}", fontsize=7.5)
+            ax.set_xlim(-1, sms)
+            ax.tick_params(labelsize=6.5)
+            if col == 0:
+                ax.set_ylabel("µs predicted per CTA", fontsize=7)
+            if row == 1:
+                ax.set_xlabel("SM", fontsize=7.5)
+    fig.suptitle(f"{kernel_id} at {shape.label()}: where the launcher's CTAs land, each as tall as its predicted "
+                 "time (blue: an SM's first CTA; orange: those after it)", fontsize=8)
+    fig.tight_layout()
+    return fig

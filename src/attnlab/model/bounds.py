@@ -115,25 +115,30 @@ def _schedule(work: np.ndarray, sms: int) -> np.ndarray:
     return owner
 
 
-def bounds_of(t: Trace, gpu: GpuSpec, resident: int, dot_products: bool = True) -> list[Bound]:
-    """Every resource's bound, in µs, for the counts of `t` on `gpu` with `resident` CTAs per SM.
-    `dot_products`: the launch computes the scores and P V (a fused kernel, not chapter 4's softmax),
-    on CUDA cores where it runs no tensor-core instruction."""
-    rates = ARCH_RATES[gpu.arch]
-    hz = clock_ghz(gpu) * 1e9
-    launch = t.launches[0]
-    n = len(launch.blocks)
-    totals = t.totals()
-    ideal = ideal_counts(t.shape, t.causal)
-    threads = int(np.prod(launch.block))
+def _cuda_core_rate_and_flops(t: Trace, gpu: GpuSpec, resident: int, dot_products: bool) -> tuple[float, int]:
+    """(fp32 FMAs per SM-clock the CTAs can issue, CUDA-core FLOPs of the launch): a scheduler
+    with fewer warps than FMA_LATENCY runs its pipe at that fraction; the FLOPs are 4 D per score
+    kept where the launch computes the dot products and runs no tensor-core instruction."""
+    n = len(t.launches[0].blocks)
+    threads = int(np.prod(t.launches[0].block))
     at_once = min(resident, math.ceil(n / gpu.sms)) if n else 1  # CTAs an SM holds at a time
     warps_per_scheduler = at_once * math.ceil(threads / 32) / SCHEDULERS_PER_SM
-    fma_rate = rates["fma"] * min(1.0, warps_per_scheduler / FMA_LATENCY)
-    # CUDA-core FLOPs where no tensor core runs: 4 D per score kept, spread as the exponentials are
-    cuda_flops = 4 * t.shape.D * ideal["exps"] if dot_products and not totals["tensor_flops"] else 0
+    fma_rate = ARCH_RATES[gpu.arch]["fma"] * min(1.0, warps_per_scheduler / FMA_LATENCY)
+    flops = 4 * t.shape.D * ideal_counts(t.shape, t.causal)["exps"] if dot_products and not t.totals()["tensor_flops"] else 0
+    return fma_rate, flops
+
+
+
+def per_cta_seconds(t: Trace, gpu: GpuSpec, resident: int, dot_products: bool = True) -> dict[str, np.ndarray]:
+    """Resource -> seconds of one SM's that resource each CTA of the first launch needs, from its
+    counts at `gpu`'s rates (`resident` CTAs per SM; `dot_products` as bounds_of)."""
+    rates = ARCH_RATES[gpu.arch]
+    hz = clock_ghz(gpu) * 1e9
+    totals = t.totals()
+    fma_rate, cuda_flops = _cuda_core_rate_and_flops(t, gpu, resident, dot_products)
     exps = t.per_cta("exps").astype(float)
-    sector_bytes = (totals["global_sectors"] * 32 / max(totals["global_read"] + totals["global_write"], 1))
-    per_cta = {  # seconds of one SM's resource per CTA
+    sector_bytes = totals["global_sectors"] * 32 / max(totals["global_read"] + totals["global_write"], 1)
+    return {
         "tensor cores": t.per_cta("tensor_flops") / (rates["tensor_flops"] * hz),
         "fp32 FMA": (exps / max(exps.sum(), 1) * cuda_flops / 2) / (fma_rate * hz),
         "shared memory": t.per_cta("shared_wavefronts") / hz,  # one wavefront per clock
@@ -141,8 +146,23 @@ def bounds_of(t: Trace, gpu: GpuSpec, resident: int, dot_products: bool = True) 
         "exponentials": exps / (rates["exp"] * hz),
         "shuffles": t.per_cta("shuffles") * 32 / (rates["shuffle_lanes"] * hz),
     }
-    dominant = np.max(np.stack(list(per_cta.values())), axis=0)
-    owner = _schedule(dominant, gpu.sms)
+
+
+def placement(per_cta: dict[str, np.ndarray], sms: int) -> np.ndarray:
+    """Each CTA's SM: in launch order, each to the SM with the least work (its largest resource) so far."""
+    return _schedule(np.max(np.stack(list(per_cta.values())), axis=0), sms)
+
+
+def bounds_of(t: Trace, gpu: GpuSpec, resident: int, dot_products: bool = True) -> list[Bound]:
+    """Every resource's bound, in µs, for the counts of `t` on `gpu` with `resident` CTAs per SM.
+    `dot_products`: the launch computes the scores and P V (a fused kernel, not chapter 4's softmax),
+    on CUDA cores where it runs no tensor-core instruction."""
+    rates = ARCH_RATES[gpu.arch]
+    totals = t.totals()
+    per_cta = per_cta_seconds(t, gpu, resident, dot_products)
+    owner = placement(per_cta, gpu.sms)
+    n = len(owner)
+    fma_rate, cuda_flops = _cuda_core_rate_and_flops(t, gpu, resident, dot_products)
     out = []
     for resource, secs in per_cta.items():
         busiest = np.bincount(owner, weights=secs, minlength=gpu.sms).max() if n else 0.0
