@@ -145,3 +145,23 @@ def test_fragment_maps_read_back_from_execution_are_the_isa_tables():
             np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=name)
     # lane 5: groupID 1, threadID_in_group 1 -> a0, a1 at row 1, columns 2, 3; c2, c3 at row 9
     assert list(executed["A"][1][5, :2]) == [2, 3] and list(executed["C"][0][5, 2:]) == [9, 9]
+
+
+def test_without_a_compiler_the_sections_say_so_and_draw_nothing(monkeypatch, tmp_path):
+    """No C++ compiler (CXX names none): the counts table, its figures, the prediction line and the
+    fragment maps each say so in one notice, or fall back to the ISA's table, and never raise."""
+    from attnlab.book import fragments, page, predicted
+
+    monkeypatch.setenv("CXX", "no-such-compiler")
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))  # nothing cached either
+    said = []
+    monkeypatch.setattr(page, "notice", said.append)
+    seen = executor_view.counts_table("07_mma", "06_warp_specialized")
+    assert seen["07_mma"] is None and executor_view.tiling_figure(seen["07_mma"]) is None
+    assert executor_view.bank_heatmap(seen["07_mma"], compare=seen["06_warp_specialized"]) is None
+    assert executor_view.glue_counts("x", seen["07_mma"]) == {}
+    predicted.show_line("07_mma")
+    assert predicted.climb_figure(["07_mma"]) is None
+    assert len(said) == 3 and all("no-such-compiler" in s for s in said)
+    maps, source = fragments.maps_for_page()
+    assert "ISA" in source and maps["A"][1][5, 0] == 2

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..executor.counts import EVENT_KINDS
+from ..executor.counts import BLOCK_FIELDS, EVENT_KINDS
 from ..executor.trace import Trace, ideal_counts, short_places, trace
 from ..shapes import MISSION, Shape
 from .banks import BANKS, WORD_BYTES, WarpAccess, warp_access
@@ -43,8 +43,17 @@ OPTIONAL_COUNTS = ("tensor_instructions", "barriers", "shuffles", "cp_async_byte
 
 
 def counts(kernel_ids: list[str], shape: Shape = MISSION, causal: bool = False) -> dict[str, Trace]:
-    """Each kernel traced at `shape` (every CTA counted, CTA 0 traced; cached on disk)."""
+    """Each kernel traced at `shape` (every CTA counted, CTA 0 traced; cached on disk). Raises
+    ExecutorUnavailable without a C++ compiler."""
     return {kid: trace(kid, shape, causal) for kid in kernel_ids}
+
+
+class _Missing(dict):
+    """The traces of a page whose machine has no C++ compiler: every kernel maps to None, and the
+    figures and glue of the section say nothing (the section's one notice said why)."""
+
+    def __missing__(self, key):
+        return None
 
 
 def counts_rows(traces: dict[str, Trace], shape: Shape = MISSION, causal: bool = False) -> tuple[list[str], list[list]]:
@@ -64,9 +73,14 @@ def counts_rows(traces: dict[str, Trace], shape: Shape = MISSION, causal: bool =
 def counts_table(kernel_id: str, *others: str, shape: Shape = MISSION, causal: bool = False) -> dict[str, Trace]:
     """Show a page's table: its kernel's counts at `shape` next to the ideal and the kernels in
     `others` (the previous chapter's, an ablation), and return the traces."""
-    from .page import md_table
+    from ..executor.build import ExecutorUnavailable
+    from .page import md_table, notice
 
-    traces = counts([kernel_id, *others], shape, causal)
+    try:
+        traces = counts([kernel_id, *others], shape, causal)
+    except ExecutorUnavailable as exc:
+        notice(f"**Not counted here.** {exc}: the CPU executor needs it to run the kernel.")
+        return _Missing()
     for kid, t in traces.items():
         assert t.completed and not t.findings, (kid, t.findings)
     print(f"Counted by running every CTA on the CPU executor at {shape.label()}"
@@ -234,6 +248,8 @@ def bank_heatmap(t: Trace, title: str | None = None, launch: int = 0, compare: T
     served per wavefront phase in which it was busy (1: conflict-free, k: a k-way conflict, blank:
     unused), with the line's wavefronts against the ideal; `compare`, a second trace (an
     ablation), drawn beside it on the same scale."""
+    if t is None:
+        return None
     import matplotlib.pyplot as plt
 
     traces = [t] + ([compare] if compare is not None else [])
@@ -339,6 +355,8 @@ def tiling_figure(t: Trace, title: str | None = None, launch: int = 0):
     """Who touches what in the traced CTA: which warp and which lane reads each element of its Q
     rows (or the rows of S), which warp writes each element of O, and the walk over K and V: the
     key rows each warp reads, step by step. Drawn from the trace's addresses."""
+    if t is None:
+        return None
     import matplotlib.pyplot as plt
     from matplotlib.colors import ListedColormap
     from matplotlib.ticker import MaxNLocator
@@ -457,6 +475,8 @@ def pipeline_figure(t: Trace, title: str | None = None, launch: int = 0):
     """Per warp and step (block barriers passed) of the traced CTA: the K/V stages it issues cp.async
     copies into (upper half of the cell) and the stages it reads (lower half). An order of events,
     not a time axis."""
+    if t is None:
+        return None
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch, Rectangle
 
@@ -497,6 +517,8 @@ def pipeline_figure(t: Trace, title: str | None = None, launch: int = 0):
 def site_bars(t: Trace, kinds=("exp", "shuffle"), title: str | None = None):
     """Per source line, the operations of `kinds` over every CTA: thread operations (lanes) for
     exponentials, warp-wide instructions for the rest; the ideal exponentials as a line."""
+    if t is None:
+        return None
     import matplotlib.pyplot as plt
 
     sites = [s for s in t.sites() if s.kind in kinds]
@@ -531,6 +553,12 @@ def glue_counts(prefix: str, t: Trace) -> dict[str, int]:
     `{prefix}_exps_per_score` (exponentials per score kept). Returns the totals."""
     from .page import glue
 
+    if t is None:  # not counted on this machine: the prose's numbers say so
+        for key in (*BLOCK_FIELDS, "global_distinct_read", "global_distinct_write", "global_requests",
+                    "global_sectors", "global_excess_sectors", "shared_excess_wavefronts", "tensor_instructions",
+                    "ctas", "reread", "exps_per_score"):
+            glue(f"{prefix}_{key}", "(not counted)")
+        return {}
     tot = t.totals()
     for key, value in tot.items():
         glue(f"{prefix}_{key}", f"{value:,}")
@@ -538,3 +566,39 @@ def glue_counts(prefix: str, t: Trace) -> dict[str, int]:
     glue(f"{prefix}_reread", f"{tot['global_read'] / max(tot['global_distinct_read'], 1):.1f}")
     glue(f"{prefix}_exps_per_score", f"{tot['exps'] / ideal_counts(t.shape, t.causal)['exps']:.2f}")
     return tot
+
+
+def page_traces() -> list[tuple]:
+    """Every trace the book's pages draw on, as executor.trace.warm takes them: each chapter's kernel
+    and the kernels its section compares, at the mission shape on the GPU at hand (the L4's geometry
+    without one), and each chapter's kernel at the geometry of every GPU the model predicts for,
+    with chapter 7's causal grid."""
+    from ..gpus import by_key
+    from ..model.bounds import PREDICTED_GPUS
+
+    chapters = ["01_scalar", "02_block_tiling", "03_warp_rows_4w", "04_cublas_hybrid", "05_wmma",
+                "06_warp_specialized", "07_mma"]
+    out = [(k, tuple(MISSION), False, None, None) for k in chapters + ["07_mma_noswizzle"]]
+    for key in PREDICTED_GPUS:
+        g = by_key(key)
+        out += [(k, tuple(MISSION), False, g.arch, g.sms) for k in chapters]
+        out.append(("07_mma", tuple(MISSION), True, g.arch, g.sms))
+    return out
+
+
+def main() -> int:
+    """`python -m attnlab.book.executor_view`: make every trace the pages draw on, all cores at once,
+    so that each page then reads them from the cache (a GPU session's book stage runs this first)."""
+    import sys
+
+    from ..executor.trace import warm
+
+    failed = warm(page_traces())
+    for line in failed:
+        print(line, file=sys.stderr)
+    print(f"{len(page_traces()) - len(failed)} traces ready, {len(failed)} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

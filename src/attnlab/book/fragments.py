@@ -89,7 +89,7 @@ def _lane_panel(ax, title: str, axis_labels: tuple[str, str], rows, cols, regs, 
               bbox_to_anchor=(0.5, -0.1), frameon=False, handlelength=1, columnspacing=0.8, borderaxespad=0)
 
 
-def mma_fragment_figure(maps: dict | None = None):
+def mma_fragment_figure(maps: dict | None = None, source: str = ""):
     """Four maps of lane ownership in mma.sync.m16n8k16, each cell labelled with the lane that
     holds it and coloured by the 32-bit register, sized to read at the book's column width: A above
     two C blocks of S packed as the kernel packs P (which must read exactly like A), B above C/D
@@ -109,7 +109,8 @@ def mma_fragment_figure(maps: dict | None = None):
     for ax_row, row in zip(axes, grid):
         for ax, (title, labels, (r, c, regs), reg_name) in zip(ax_row, row):
             _lane_panel(ax, title, labels, r, c, regs, reg_name)
-    fig.suptitle("mma.sync.m16n8k16: the lane (0-31) that holds each element;\n"
+    fig.suptitle("mma.sync.m16n8k16: the lane (0-31) that holds each element"
+                 + (f",\n{source}" if source else "") + ";\n"
                  "colour = its 32-bit register (A, B and P: two fp16 per register)", fontsize=_FONT_PT + 0.5)
     fig.tight_layout()
     return fig
@@ -125,6 +126,17 @@ def smallest_text_px(fig, dpi: float, column_px: float = COLUMN_PX) -> float:
     scale = min(1.0, column_px / width_px)
     sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
     return min(sizes) * dpi / 72 * scale
+
+
+def maps_for_page() -> tuple[dict, str]:
+    """(maps, where they come from): executed_maps where the CPU executor can run (a C++ compiler),
+    else the ISA's formulas, and the figure says which."""
+    from ..executor.build import ExecutorUnavailable
+
+    try:
+        return executed_maps(), "as the CPU executor ran kernels/probe_fragments.cu"
+    except ExecutorUnavailable:
+        return mma_m16n8k16_maps(), "from the PTX ISA's formulas (no C++ compiler here to run the probe)"
 
 
 def executed_maps() -> dict[str, tuple]:

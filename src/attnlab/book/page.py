@@ -34,7 +34,8 @@ def notice(text: str) -> None:
 
 
 def show(fig) -> None:
-    """Show a matplotlib figure as a PNG and close it.
+    """Show a matplotlib figure as a PNG and close it (None, a figure a cell could not draw, and
+    said why: nothing).
 
     PNG, because nbval does not compare PNG data and an SVG differs on every run; no software
     metadata, so re-executing with nothing changed rewrites the same bytes.
@@ -42,6 +43,8 @@ def show(fig) -> None:
     import matplotlib.pyplot as plt
     from IPython.display import Image, display
 
+    if fig is None:
+        return
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=FIGURE_DPI, metadata={"Software": None})
     plt.close(fig)

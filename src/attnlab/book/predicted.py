@@ -12,6 +12,24 @@ from ..shapes import MISSION, Shape
 PREDICTED_HATCH = "///"
 
 
+def _without_executor(fn):
+    """A figure or table of predictions on a machine without a C++ compiler (the model needs the
+    executor's counts): one notice saying so, and nothing drawn."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from ..executor.build import ExecutorUnavailable
+        from .page import notice
+
+        try:
+            return fn(*args, **kwargs)
+        except ExecutorUnavailable as exc:
+            notice(f"**Not predicted here.** {exc}: the model needs the CPU executor's counts.")
+            return None
+    return wrapper
+
+
 def fmt(us: float) -> str:
     return f"{us:,.1f} µs predicted"
 
@@ -29,10 +47,19 @@ def line(kernel_id: str, shape: Shape = MISSION, causal: bool = False) -> str:
             f"{shape.label()}{', causal' if causal else ''}: " + "; ".join(parts) + ".")
 
 
+@_without_executor
 def show_line(kernel_id: str, shape: Shape = MISSION, causal: bool = False) -> None:
     from .page import notice
 
     notice(line(kernel_id, shape, causal) + " The page \"The time model\" states what it assumes.")
+
+
+@_without_executor
+def show_bounds(kernel_id: str, shape: Shape = MISSION, causal: bool = False) -> None:
+    """The table of bounds_rows on the page."""
+    from .page import md_table
+
+    md_table(*bounds_rows(kernel_id, shape, causal))
 
 
 def bounds_rows(kernel_id: str, shape: Shape = MISSION, causal: bool = False) -> tuple[list[str], list[list]]:
@@ -74,6 +101,7 @@ def measured_rows(kernel_ids, shape: Shape = MISSION, causal: bool = False) -> l
     return rows
 
 
+@_without_executor
 def climb_figure(kernel_ids, shape: Shape = MISSION, causal: bool = False, gpus=PREDICTED_GPUS):
     """Each chapter's kernel, its predicted time on each GPU (hatched, labelled predicted), log
     scale, the bottleneck written on each bar."""
@@ -122,6 +150,7 @@ def grid_fill(kernel_id: str, gpu: str, shape: Shape = MISSION, causal: bool = F
     return placement(per_cta, g.sms), np.max(np.stack(list(per_cta.values())), axis=0) * 1e6, t.launches[0].grid
 
 
+@_without_executor
 def grid_fill_figure(kernel_id: str, shape: Shape = MISSION, gpus=PREDICTED_GPUS):
     """Per SM, the CTAs the launcher's grid puts on it (stacked, in the order they arrive), each as
     tall as its predicted time on its largest resource: non-causal and causal, on each GPU. Idle SMs

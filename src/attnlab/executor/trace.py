@@ -264,3 +264,25 @@ def to_json(t: Trace, events: bool = True) -> dict:
                            for e in c.events]} if events else {}),
         } for c in t.launches],
     }
+
+
+def _warm_one(request: tuple) -> str:
+    kernel, shape, causal, arch, sms = request
+    try:
+        t = trace(kernel, Shape(*shape), causal, arch=arch, sms=sms)
+    except Exception as exc:  # reported, never raised: one kernel's trouble must not stop the rest
+        return f"{kernel} {tuple(shape)} causal={causal} {arch or ''}: {type(exc).__name__}: {exc}"
+    return "" if t.completed and not t.findings else f"{t.kernel}: did not complete or has findings"
+
+
+def warm(requests, jobs: int | None = None) -> list[str]:
+    """Trace each (kernel, shape, causal, arch, sms) into the cache, `jobs` processes at once (every
+    core by default): a machine with many cores makes a book's counts in the time of the longest.
+    Returns one line per request that failed."""
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    requests = list(dict.fromkeys(tuple(r) for r in requests))
+    with ProcessPoolExecutor(max_workers=jobs or os.cpu_count() or 1, mp_context=get_context("spawn")) as pool:
+        return [line for line in pool.map(_warm_one, requests) if line]

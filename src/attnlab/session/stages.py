@@ -190,7 +190,9 @@ def plan_book(ctx: Context) -> list[Step]:
     GPU a page takes its check and timings from this commit's fresh records of the same GPU where
     they exist (ATTNLAB_REUSE_RECORDS: the check and bench stages wrote them minutes earlier)
     rather than measuring a second time, and measures live otherwise."""
-    return [_page_step(ctx, stem) for stem in _pages() if stem not in MEASURING_PAGES]
+    counts = Step("book-counts", (ctx.python, "-m", "attnlab.book.executor_view"), timeout_s=300, gpu=False,
+                  alone=True)  # the pages' executor counts, every core at once, before the pages read them
+    return [counts] + [_page_step(ctx, stem) for stem in _pages() if stem not in MEASURING_PAGES]
 
 
 def plan_extras(ctx: Context) -> list[Step]:
@@ -331,8 +333,8 @@ STAGES: tuple[Stage, ...] = (
                            "odd shapes, 6 processes at once", plan_sanitize, parallel=6),
     Stage("extras", 6.5, "chapter 8's timed search, Nsight Compute counters and the scoreboard with the Triton "
                          "reference: their pages executed by papermill", plan_extras, redirect_results=False),
-    Stage("book", 5.5, "every other page executed by papermill, reusing this commit's fresh records",
-          plan_book, redirect_results=False),
+    Stage("book", 6.5, "the pages' CPU-executor counts on every core, then every other page executed by "
+                       "papermill, reusing this commit's fresh records", plan_book, redirect_results=False),
 )
 
 
