@@ -10,14 +10,14 @@ import time
 import numpy as np
 import pytest
 
+from attnlab.book.scoreboard import chapter_kernels
 from attnlab.executor.counts import EVENT_KINDS, WARP_EVENT_LANE
 from attnlab.executor.trace import MMA_FLOPS, format_trace, ideal_counts, short_places, to_json, trace
 from attnlab.kernels import registry
 from attnlab.shapes import MISSION, Shape
 
-# Each chapter's kernel, in the order the book climbs (chapter 3's four-warp block).
-CHAPTER_KERNELS = ("01_scalar", "02_block_tiling", "03_warp_rows_4w", "04_cublas_hybrid", "05_wmma",
-                   "06_warp_specialized", "07_mma")
+# Each chapter's kernel, in the order the book climbs, as the book names them.
+CHAPTER_KERNELS = tuple(chapter_kernels().values())
 
 
 def _ctas(t, launch=0) -> int:

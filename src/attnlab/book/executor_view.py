@@ -575,9 +575,9 @@ def page_traces() -> list[tuple]:
     with chapter 7's causal grid."""
     from ..gpus import by_key
     from ..model.bounds import PREDICTED_GPUS
+    from .scoreboard import chapter_kernels
 
-    chapters = ["01_scalar", "02_block_tiling", "03_warp_rows_4w", "04_cublas_hybrid", "05_wmma",
-                "06_warp_specialized", "07_mma"]
+    chapters = list(chapter_kernels().values())
     out = [(k, tuple(MISSION), False, None, None) for k in chapters + ["07_mma_noswizzle"]]
     for key in PREDICTED_GPUS:
         g = by_key(key)

@@ -6,7 +6,7 @@ replaced by a prediction.
 from __future__ import annotations
 
 from ..gpus import lookup
-from ..model.bounds import ARCH_RATES, PREDICTED_GPUS, Prediction, predict
+from ..model.bounds import ARCH_RATES, LAUNCH_US, PREDICTED_GPUS, Prediction, predict
 from ..shapes import MISSION, Shape
 
 PREDICTED_HATCH = "///"
@@ -76,8 +76,7 @@ def bounds_rows(kernel_id: str, shape: Shape = MISSION, causal: bool = False) ->
             mark = " **(bottleneck)**" if b is p.top else ""
             cells.append(f"{fmt(b.time_us)}{mark}")
         rows.append([name, *cells])
-    rows.append(["launches", *[f"{p.launches} x {fmt(p.time_us - p.top.time_us - sum(b.time_us for b in p.extra))}"
-                               for p in preds.values()]])
+    rows.append(["launches", *[f"{p.launches} x {fmt(LAUNCH_US)}" for p in preds.values()]])
     rows.append(["**total**", *[f"**{fmt(p.time_us)}**" for p in preds.values()]])
     return header, rows
 

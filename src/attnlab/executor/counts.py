@@ -32,7 +32,6 @@ BLOCK_FIELDS = ("global_read", "global_write", "shared_requests", "shared_wavefr
 EVENT_DTYPE = np.dtype([("offset", "<u8"), ("seq", "<u4"), ("site", "<u4"), ("bytes", "<u4"), ("count", "<u4"),
                         ("stride", "<i4"), ("arg", "<i4"), ("step", "<u2"), ("buffer", "<i2"), ("warp", "u1"),
                         ("lane", "u1"), ("kind", "u1"), ("write", "u1"), ("epoch", "<u4"), ("extra", "<u4")])
-NO_SITE = 2**32 - 1
 WARP_EVENT_LANE = 255  # the lane of an event that belongs to the whole warp (mma, shuffle, ...)
 # The units a memory site's requests are served in.
 UNIT_OF = {"shared load": "wavefronts", "shared store": "wavefronts", "ldmatrix": "wavefronts",
@@ -87,14 +86,19 @@ def _array(lib, fn: str, width: int, dtype=ctypes.c_longlong):
     return np.frombuffer(buf, dtype=np.int64)[: n * width].reshape(n, width).copy() if n else np.zeros((0, width), np.int64)
 
 
+# The C API that reads them (instrument.cpp): each takes (out, capacity) and returns how many rows it has.
+COUNT_FUNCTIONS = ("attn_cpu_sites", "attn_cpu_block_counts", "attn_cpu_distinct_bytes", "attn_cpu_trace")
+
+
+def declare(lib) -> None:
+    """Give `lib` (a ctypes.CDLL of a kernel library) the prototypes of COUNT_FUNCTIONS, once."""
+    for fn in COUNT_FUNCTIONS:
+        getattr(lib, fn).restype = ctypes.c_long
+        getattr(lib, fn).argtypes = [ctypes.c_void_p, ctypes.c_long]
+
+
 def read_counts(lib, path: Path, entry: str, grid, block, trace_block: int | None) -> LaunchCounts:
-    """The counts of the launch `lib` (a ctypes.CDLL of a kernel library) just ran."""
-    for fn, restype in (("attn_cpu_sites", ctypes.c_long), ("attn_cpu_block_counts", ctypes.c_long),
-                        ("attn_cpu_distinct_bytes", ctypes.c_long), ("attn_cpu_trace", ctypes.c_long)):
-        getattr(lib, fn).restype = restype
-    lib.attn_cpu_sites.argtypes = lib.attn_cpu_block_counts.argtypes = lib.attn_cpu_distinct_bytes.argtypes = \
-        [ctypes.c_void_p, ctypes.c_long]
-    lib.attn_cpu_trace.argtypes = [ctypes.c_void_p, ctypes.c_long]
+    """The counts of the launch `lib` (a ctypes.CDLL of a kernel library, declare()d) just ran."""
     raw_sites = _array(lib, "attn_cpu_sites", 7)
     places = source_lines(path, [int(r[0]) for r in raw_sites])
     sites = [SiteCount(places.get(int(r[0]), "?"), SITE_KINDS[int(r[1])], *(int(x) for x in r[2:])) for r in raw_sites]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .build import build_library, source_lines
-from .counts import LaunchCounts, read_counts
+from .counts import LaunchCounts, declare, read_counts
 
 # Launch options (runtime/runtime.h).
 OPT_RACES = 1
@@ -96,6 +96,7 @@ class Library:
         self._lib.attn_cpu_report.restype = ctypes.c_size_t
         self._lib.attn_cpu_report.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         self._lib.attn_cpu_banks.argtypes = [ctypes.POINTER(ctypes.c_longlong)]
+        declare(self._lib)
 
     def signature(self, entry: str) -> str:
         fn = getattr(self._lib, f"attn_cpu_signature_{entry}")

@@ -24,7 +24,7 @@ import numpy as np
 from ..kernels import registry
 from ..kernels.registry import KernelSpec
 from ..shapes import MISSION, Shape
-from .counts import BLOCK_FIELDS, EVENT_DTYPE, LaunchCounts, SiteCount
+from .counts import BLOCK_FIELDS, EVENT_DTYPE, UNIT_OF, LaunchCounts, SiteCount
 
 CACHE_VERSION = 2
 MMA_FLOPS = 2 * 16 * 8 * 16  # one mma.sync.m16n8k16: the unit tensor-core work is counted in
@@ -233,17 +233,11 @@ def format_trace(t: Trace, sites: bool = True) -> str:
         for s in rows:
             where = places[s.where]
             where = where if len(where) <= where_w else where[: where_w - 1] + "…"
-            unit = {"wavefronts": "wf", "sectors": "sec"}.get(_unit(s.kind), "")
+            unit = {"wavefronts": "wf", "sectors": "sec"}.get(UNIT_OF.get(s.kind, ""), "")
             lines.append(f"  {where:<{where_w}} {s.kind:<15} {_fmt(s.lanes):>12} {_fmt(s.requests):>11} "
                          f"{_fmt(s.bytes):>13} {(_fmt(s.units) + ' ' + unit) if unit else '':>11} "
                          f"{(_fmt(s.ideal) if unit else ''):>11}")
     return "\n".join(lines)
-
-
-def _unit(kind: str) -> str:
-    from .counts import UNIT_OF
-
-    return UNIT_OF.get(kind, "")
 
 
 def to_json(t: Trace, events: bool = True) -> dict:

@@ -206,6 +206,15 @@ bool in_gap(uintptr_t a, size_t size) {
     return false;
 }
 
+// OPT_COUNT: what an in-bounds access to buffer `index` adds to the counts, the warp's request log
+// and the trace (an access out of bounds is a finding, not traffic).
+void instrument_global(Thread& t, int index, size_t offset, uintptr_t a, unsigned size, bool write, void* pc) {
+    count_lane(write ? K_GLOBAL_ST : K_GLOBAL_LD, pc, size);
+    count_global_bytes(index, offset, size, write);
+    log_global_access(t, a, size, write, pc);
+    trace_access(t, index, offset, size, write, pc);
+}
+
 void global_access(Thread& t, uintptr_t a, unsigned size, bool write, void* pc) {
     Buffer* b = buffer_of(a);
     if (!b || a + size > (uintptr_t)b->base + b->bytes) {
@@ -228,6 +237,7 @@ void global_access(Thread& t, uintptr_t a, unsigned size, bool write, void* pc) 
         return;
     }
     if (size > 1 && (a & (size - 1)) && size <= 16) misaligned(t, (void*)a, size, write, pc);
+    if (g.options & OPT_COUNT) instrument_global(t, (int)(b - buffers.data()), a - (uintptr_t)b->base, a, size, write, pc);
     const size_t first = (a - (uintptr_t)b->base) / 2, last = (a + size - 1 - (uintptr_t)b->base) / 2;
     for (size_t i = first; i <= last && i < b->shadow.size(); ++i) {
         GlobalCell& c = b->shadow[i];
@@ -255,16 +265,6 @@ void instrument_shared(Thread& t, unsigned offset, unsigned size, bool write, vo
     trace_access(t, -1, offset, size, write, pc);
 }
 
-void instrument_global(Thread& t, uintptr_t a, unsigned size, bool write, void* pc) {
-    size_t offset = 0;
-    const int buffer = buffer_index(a, &offset);
-    if (buffer < 0) return;  // out of bounds: a finding, not traffic
-    count_lane(write ? K_GLOBAL_ST : K_GLOBAL_LD, pc, size);
-    count_global_bytes(buffer, offset, size, write);
-    log_global_access(t, a, size, write, pc);
-    trace_access(t, buffer, offset, size, write, pc);
-}
-
 inline void access_as(Thread& t, const void* p, unsigned size, bool write, void* pc) {
     const uintptr_t a = (uintptr_t)p;
     if (a - shared_lo < shared_span) {
@@ -281,7 +281,6 @@ inline void access_as(Thread& t, const void* p, unsigned size, bool write, void*
         report("timeout", &t, pc, "the launch ran past its time limit (an endless loop?)");
         abort_launch();
     }
-    if (g.options & OPT_COUNT) instrument_global(t, a, size, write, pc);
     global_access(t, a, size, write, pc);
 }
 
@@ -340,15 +339,6 @@ void async_land_shadow(Thread& t, unsigned offset, void* pc) {
 }
 void checked_access(Thread& t, const void* p, unsigned size, bool write, void* pc) {
     access_as(t, p, size, write, pc);
-}
-
-int buffer_index(uintptr_t address, size_t* offset) {
-    for (size_t i = 0; i < buffers.size(); ++i)
-        if (address - (uintptr_t)buffers[i].base < buffers[i].bytes) {
-            *offset = address - (uintptr_t)buffers[i].base;
-            return (int)i;
-        }
-    return -1;
 }
 
 void* allocate_global(size_t bytes) {

@@ -236,7 +236,6 @@ void trace_access(Thread& t, int buffer, uint64_t offset, unsigned size, bool wr
 void trace_event(Thread& t, int kind, void* pc, uint64_t offset, unsigned bytes, int arg, int buffer = -2,
                  unsigned extra = 0);
 void trace_warp_event(int warp, int kind, void* pc, int arg = 0);
-int buffer_index(uintptr_t address, size_t* offset);  // -1: not a global buffer
 
 // findings.cpp
 void report(const char* kind, Thread* t, void* pc, const std::string& message, Thread* other = nullptr,
