@@ -61,10 +61,15 @@ struct AsyncCopy {
     uint8_t data[16];
 };
 
-// One shared-memory access kept for bank-conflict counting (OPT_BANKS).
+// A lane's accesses kept for bank-conflict and sector counting (OPT_BANKS, OPT_COUNT), as a run:
+// `count` accesses at one instruction, at offset, offset + stride, ... A loop down a row or a
+// column is one entry, so that a warp that meets rarely (chapter 1 never, until it exits) keeps a
+// log of kilobytes, not of hundreds of megabytes.
 struct LoggedAccess {
     void* pc;
     uint64_t offset;  // shared: from the arena base; global: the address
+    int64_t stride;
+    uint32_t count;
     uint8_t size;
     uint8_t kind;  // 0 shared load/store, 1 cp.async, 2 global load/store (OPT_COUNT), 3 WMMA fragment element
     bool write;
@@ -111,6 +116,9 @@ struct Thread {
     std::vector<AsyncCopy> copies;
     int next_group = 0;      // number of the group the next cp.async joins
     std::vector<LoggedAccess> log;
+    static constexpr int LOG_RECENT = 4;
+    uint32_t log_recent[LOG_RECENT] = {};  // 1 + the index of its latest runs in `log` (0: none)
+    unsigned log_recent_next = 0;
     int step = 0;            // block barriers (bar.sync, bar.arrive) this thread has executed
     static constexpr int RECENT = 8;
     long recent[RECENT] = {-1, -1, -1, -1, -1, -1, -1, -1};  // its latest access events in the trace
