@@ -91,3 +91,49 @@ def test_hybrid_adds_its_gemms_and_their_launches():
     assert [b.resource for b in p.extra] == ["GEMM S = Q K^T", "GEMM O = P V"]
     assert p.launches == 3
     assert next(b for b in p.bounds if b.resource == "fp32 FMA").time_us == 0
+
+
+def test_issue_bound_is_loop_instructions_times_trips_over_four_schedulers():
+    """A planted loop of 500 SASS instructions holding 64 HMMA, 300 outside it: a CTA of 4 warps
+    that ran 2048 HMMA issues 500 x 32 + 300 x 4 warp instructions, at 4 per SM-clock."""
+    from attnlab.model import issue
+
+    loop = issue.LoopShape("k", L4.arch, "HMMA", 64, 500, 300)
+    t = _trace(L4.sms, tensor_flops=2048 * issue.HMMA_FLOPS)
+    issued = issue.warp_instructions(loop, t.per_cta("tensor_flops"), t.per_cta("exps"), warps=4)
+    assert issued == pytest.approx(np.full(L4.sms, 500 * 32 + 300 * 4))
+    hz = bounds.clock_ghz(L4) * 1e9
+    got = next(b for b in bounds.bounds_of(t, L4, 1, issue=(issued, loop)) if b.resource == "instruction issue")
+    assert got.time_us == pytest.approx((500 * 32 + 300 * 4) / (4 * hz) * 1e6)
+    # MUFU.EX2 as the marker: one per 32 lanes' exponentials
+    mufu = issue.LoopShape("k", L4.arch, "MUFU.EX2", 8, 100, 50)
+    t = _trace(1, exps=32 * 8 * 10)
+    assert issue.warp_instructions(mufu, t.per_cta("tensor_flops"), t.per_cta("exps"), warps=4)[0] == 100 * 10 + 50 * 4
+
+
+def test_issue_bound_is_not_given_where_the_sass_hides_the_trip_counts():
+    from attnlab.model import issue
+
+    loop = issue.LoopShape("k", L4.arch, "HMMA", 64, 500, 300, why_not="2 loops hold HMMA")
+    t = _trace(L4.sms, tensor_flops=1 << 20)
+    assert issue.warp_instructions(loop, t.per_cta("tensor_flops"), t.per_cta("exps"), 4) is None
+    out = bounds.bounds_of(t, L4, 1, issue=(None, loop))
+    missing = next(b for b in out if b.resource == "instruction issue")
+    assert not missing.given and "2 loops hold HMMA" in missing.work
+    p = bounds.Prediction("k", "L4", MISSION, False, out, 1, L4.sms, 1)
+    assert p.top.given and p.bottleneck != "instruction issue"
+
+
+def test_issue_of_the_last_chapter_reads_its_key_tile_loop_from_the_sass():
+    """07_mma's sm_89 loop: HMMA.16816 x 64 per trip (Q K^T and P V of a 16 x 64 tile at D = 64),
+    one loop, nothing nested: the bound is given and counts every trip the executor ran."""
+    from attnlab.model import issue
+
+    spec_entry = "attn_fwd_07_mma_d64"
+    loop = issue.loop_shape("07_mma", "sm_89", spec_entry)
+    assert loop.why_not is None and loop.marker == "HMMA" and loop.markers_per_trip == 64
+    assert loop.inside > 64 and loop.outside > 0
+    p = bounds.predict("07_mma", MISSION, False, "L4")
+    b = next(b for b in p.bounds if b.resource == "instruction issue")
+    trips = 2 * 8 * 512 * 512 * 64 * 2 / issue.HMMA_FLOPS / 64  # every CTA's HMMA over 64 per trip
+    assert b.given and f"{int(round(loop.inside * trips + loop.outside * 4 * 64)):,} warp instructions" in b.work

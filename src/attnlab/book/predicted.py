@@ -31,7 +31,9 @@ def _without_executor(fn):
 
 
 def fmt(us: float) -> str:
-    return f"{us:,.1f} µs predicted"
+    import math
+
+    return f"{us:,.1f} µs predicted" if math.isfinite(us) else "not given"
 
 
 def predictions(kernel_id: str, shape: Shape = MISSION, causal: bool = False, gpus=PREDICTED_GPUS) -> dict[str, Prediction]:
@@ -141,11 +143,11 @@ def grid_fill(kernel_id: str, gpu: str, shape: Shape = MISSION, causal: bool = F
 
     from ..executor.trace import trace
     from ..gpus import by_key
-    from ..model.bounds import ctas_per_sm, per_cta_seconds, placement
+    from ..model.bounds import ctas_per_sm, per_cta_seconds, placement, warp_instructions
 
     g = by_key(gpu)
     t = trace(kernel_id, shape, causal, arch=g.arch, sms=g.sms)
-    per_cta = per_cta_seconds(t, g, ctas_per_sm(kernel_id, shape, g))
+    per_cta = per_cta_seconds(t, g, ctas_per_sm(kernel_id, shape, g), issued=warp_instructions(t, kernel_id, g)[0])
     return placement(per_cta, g.sms), np.max(np.stack(list(per_cta.values())), axis=0) * 1e6, t.launches[0].grid
 
 

@@ -20,10 +20,14 @@ What it takes as given (the page "The time model" states the same):
   - a warp issues a dependent fp32 FMA every FMA_LATENCY cycles, so a scheduler with fewer than
     that many warps runs its FMA pipe at that fraction (the chapters 1-3 kernels are chains of
     dependent FMAs);
+  - instruction issue: each of an SM's SCHEDULERS_PER_SM schedulers issues one warp instruction
+    per clock, and a CTA issues its key-tile loop's SASS instructions as often as the executor ran
+    the loop's HMMA (or MUFU.EX2) instructions, the rest once per warp (attnlab.model.issue); not
+    given where the SASS's loops do not say which code runs how often;
   - LAUNCH_US per kernel launch, and for chapter 4 the two cuBLAS GEMMs at the tensor-core peak
     and DRAM (the executor runs only its softmax).
-Not modelled: instruction issue beyond that, latency hiding by the pipeline, L1 hits, clocks
-below boost, and contention between resources (the bounds do not add).
+Not modelled: latency hiding by the pipeline, dual issue and stalls, L1 hits, clocks below boost,
+and contention between resources (the bounds do not add).
 """
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..executor.trace import Trace, ideal_counts, trace
+from . import issue as issue_model
 from ..gpus import SM_LIMITS, GpuSpec, by_key, occupancy
 from ..kernels import registry
 from ..shapes import Shape
@@ -55,8 +60,12 @@ PREDICTED_GPUS = ("L4", "H100 SXM")  # what the pages predict for: the reader's 
 @dataclass(frozen=True)
 class Bound:
     resource: str
-    time_us: float
-    work: str      # what was counted and at which rate, in words
+    time_us: float  # NaN: not given (work says why)
+    work: str       # what was counted and at which rate, in words
+
+    @property
+    def given(self) -> bool:
+        return math.isfinite(self.time_us)
 
 
 @dataclass
@@ -74,7 +83,7 @@ class Prediction:
 
     @property
     def top(self) -> Bound:
-        return max(self.bounds, key=lambda b: b.time_us)
+        return max((b for b in self.bounds if b.given), key=lambda b: b.time_us)
 
     @property
     def bottleneck(self) -> str:
@@ -129,15 +138,28 @@ def _cuda_core_rate_and_flops(t: Trace, gpu: GpuSpec, resident: int, dot_product
 
 
 
-def per_cta_seconds(t: Trace, gpu: GpuSpec, resident: int, dot_products: bool = True) -> dict[str, np.ndarray]:
+def warp_instructions(t: Trace, kernel: str, gpu: GpuSpec) -> tuple[np.ndarray | None, issue_model.LoopShape]:
+    """Per CTA of the first launch, the warp instructions it issues (None where the SASS does not
+    give them), and the key-tile loop that says so (attnlab.model.issue)."""
+    spec = registry.get(kernel.split("@")[0], gpu.arch)
+    entry = spec.launch_config(t.shape, gpu.sms)["entry"]
+    loop = issue_model.loop_shape(spec.id, gpu.arch, entry)
+    warps = math.ceil(int(np.prod(t.launches[0].block)) / 32)
+    return issue_model.warp_instructions(loop, t.per_cta("tensor_flops"), t.per_cta("exps"), warps), loop
+
+
+def per_cta_seconds(t: Trace, gpu: GpuSpec, resident: int, dot_products: bool = True,
+                    issued: np.ndarray | None = None, cuda: tuple[float, int] | None = None) -> dict[str, np.ndarray]:
     """Resource -> seconds of one SM's that resource each CTA of the first launch needs, from its
-    counts at `gpu`'s rates (`resident` CTAs per SM; `dot_products` as bounds_of)."""
+    counts at `gpu`'s rates (`resident` CTAs per SM; `dot_products` as bounds_of; `issued`, the
+    warp instructions per CTA where known; `cuda`, _cuda_core_rate_and_flops if already worked out)."""
     rates = ARCH_RATES[gpu.arch]
     hz = clock_ghz(gpu) * 1e9
     totals = t.totals()
-    fma_rate, cuda_flops = _cuda_core_rate_and_flops(t, gpu, resident, dot_products)
+    fma_rate, cuda_flops = cuda or _cuda_core_rate_and_flops(t, gpu, resident, dot_products)
     exps = t.per_cta("exps").astype(float)
     sector_bytes = totals["global_sectors"] * 32 / max(totals["global_read"] + totals["global_write"], 1)
+    issue = {} if issued is None else {"instruction issue": issued / (SCHEDULERS_PER_SM * hz)}
     return {
         "tensor cores": t.per_cta("tensor_flops") / (rates["tensor_flops"] * hz),
         "fp32 FMA": (exps / max(exps.sum(), 1) * cuda_flops / 2) / (fma_rate * hz),
@@ -145,6 +167,7 @@ def per_cta_seconds(t: Trace, gpu: GpuSpec, resident: int, dot_products: bool = 
         "L2 to SM": (t.per_cta("global_read") + t.per_cta("global_write")) * sector_bytes / (L2_BYTES_PER_CLOCK_SM * hz),
         "exponentials": exps / (rates["exp"] * hz),
         "shuffles": t.per_cta("shuffles") * 32 / (rates["shuffle_lanes"] * hz),
+        **issue,
     }
 
 
@@ -153,27 +176,40 @@ def placement(per_cta: dict[str, np.ndarray], sms: int) -> np.ndarray:
     return _schedule(np.max(np.stack(list(per_cta.values())), axis=0), sms)
 
 
-def bounds_of(t: Trace, gpu: GpuSpec, resident: int, dot_products: bool = True) -> list[Bound]:
+def bounds_of(t: Trace, gpu: GpuSpec, resident: int, dot_products: bool = True,
+              issue: tuple[np.ndarray | None, issue_model.LoopShape] | None = None) -> list[Bound]:
     """Every resource's bound, in µs, for the counts of `t` on `gpu` with `resident` CTAs per SM.
     `dot_products`: the launch computes the scores and P V (a fused kernel, not chapter 4's softmax),
-    on CUDA cores where it runs no tensor-core instruction."""
+    on CUDA cores where it runs no tensor-core instruction. `issue`: warp_instructions(...), for the
+    instruction-issue bound (left out when None; not given, NaN, where the SASS does not give it)."""
     rates = ARCH_RATES[gpu.arch]
     totals = t.totals()
-    per_cta = per_cta_seconds(t, gpu, resident, dot_products)
+    cuda = _cuda_core_rate_and_flops(t, gpu, resident, dot_products)
+    issued, loop = issue if issue is not None else (None, None)
+    per_cta = per_cta_seconds(t, gpu, resident, dot_products, issued, cuda)
     owner = placement(per_cta, gpu.sms)
     n = len(owner)
-    fma_rate, cuda_flops = _cuda_core_rate_and_flops(t, gpu, resident, dot_products)
     out = []
     for resource, secs in per_cta.items():
         busiest = np.bincount(owner, weights=secs, minlength=gpu.sms).max() if n else 0.0
-        out.append(Bound(resource, busiest * 1e6, _work_text(resource, totals, cuda_flops, rates, fma_rate)))
+        work = _issue_text(issued, loop) if resource == "instruction issue" else _work_text(resource, totals, *cuda, rates)
+        out.append(Bound(resource, busiest * 1e6, work))
+    if loop is not None and issued is None:
+        out.append(Bound("instruction issue", math.nan, _issue_text(None, loop)))
     dram = (totals["global_distinct_read"] + totals["global_distinct_write"]) / (gpu.dram_gbps * 1e9)
     out.append(Bound("DRAM", dram * 1e6, f"{totals['global_distinct_read'] + totals['global_distinct_write']:,} "
                                          f"distinct bytes at {gpu.dram_gbps:g} GB/s"))
     return out
 
 
-def _work_text(resource: str, totals: dict, cuda_flops: int, rates: dict, fma_rate: float) -> str:
+def _issue_text(issued: np.ndarray | None, loop: issue_model.LoopShape) -> str:
+    if issued is None:
+        return f"not given: {loop.why_not}"
+    return (f"{int(round(issued.sum())):,} warp instructions ({loop.inside} per trip of the key-tile loop, "
+            f"{loop.outside} outside it per warp) at {SCHEDULERS_PER_SM} per SM-clock")
+
+
+def _work_text(resource: str, totals: dict, fma_rate: float, cuda_flops: int, rates: dict) -> str:
     return {
         "tensor cores": f"{totals['tensor_flops']:,} FLOP at {rates['tensor_flops']:g} per SM-clock",
         "fp32 FMA": f"{cuda_flops:,} FLOP at {2 * fma_rate:g} per SM-clock",
@@ -193,7 +229,7 @@ def predict(kernel: str, shape: Shape, causal: bool = False, gpu: str = "L4", t:
     t = t or trace(kernel, shape, causal, arch=spec_gpu.arch, sms=spec_gpu.sms)
     resident = ctas_per_sm(kernel, shape, spec_gpu)
     hybrid = registry.get(kernel).runner == "attnlab.gpu.hybrid:run_cublas_hybrid"
-    bounds = bounds_of(t, spec_gpu, resident, dot_products=not hybrid)
+    bounds = bounds_of(t, spec_gpu, resident, dot_products=not hybrid, issue=warp_instructions(t, kernel, spec_gpu))
     extra = []
     launches = len(t.launches)
     if hybrid:
