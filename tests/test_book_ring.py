@@ -92,3 +92,39 @@ def test_bench_covering_needs_every_kernel(results, monkeypatch):
     write_record(both, results)
     found = page.bench_covering(["05_wmma", "06_ws_s1_p1"], shapes)
     assert found is not None and found["created_utc"] == "2026-01-03T00:00:00Z"
+
+
+@pytest.mark.parametrize("kernel,stages,producers", [("06_ws_s1_p1", 1, 1), ("06_warp_specialized", 2, 1),
+                                                     ("06_ws_s3_p1", 3, 1), ("06_ws_s2_p2", 2, 2)])
+def test_the_ring_model_is_the_order_the_executor_ran(kernel, stages, producers):
+    """The hand model (ring.ring_protocol, which ring_schedule times) against the trace of the real
+    kernel: every producer warp and a consumer warp of a CTA with six key tiles (L = 333, 64-key
+    tiles) run exactly the protocol's barriers, copies, commits, waits and stage reads, in order."""
+    from attnlab.book import executor_view
+    from attnlab.executor.trace import trace
+    from attnlab.shapes import Shape
+
+    t = trace(kernel, Shape(1, 1, 333, 64), False)
+    assert len(executor_view.stage_regions(t)) == stages
+    producer, consumer = ring.ring_protocol(stages, 6)
+    warps = t.launches[0].block[0] // 32
+    for warp in range(warps - producers, warps):
+        assert executor_view.ring_ops(t, warp) == producer
+    assert executor_view.ring_ops(t, 0) == consumer
+    # and ring_schedule puts each tile in the protocol's stage, consumed in the protocol's order
+    spans = ring.ring_schedule(stages, 6, copy_time=1.0, math_time=1.0)
+    assert [(s.stage, s.tile) for s in spans if s.lane == "copy"] == [op[1:] for op in producer if op[0] == "copy"]
+    assert [s.stage for s in sorted((s for s in spans if s.lane == "math"), key=lambda s: s.start)] == \
+        [op[1] for op in consumer if op[0] == "read"]
+
+
+def test_a_planted_protocol_differs_from_the_trace():
+    """The comparison can fail: one stage fewer, or a consumer that releases the last tiles too."""
+    from attnlab.book import executor_view
+    from attnlab.executor.trace import trace
+    from attnlab.shapes import Shape
+
+    t = trace("06_warp_specialized", Shape(1, 1, 333, 64), False)
+    assert executor_view.ring_ops(t, 4) != ring.ring_protocol(1, 6)[0]
+    released_all = [op for k in range(6) for op in (("sync", 1 + k % 2), ("read", k % 2), ("arrive", 3 + k % 2))]
+    assert executor_view.ring_ops(t, 0) != released_all

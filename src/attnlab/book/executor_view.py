@@ -489,6 +489,41 @@ def pipeline_events(t: Trace, launch: int = 0) -> dict[tuple[int, int], tuple[se
     return out
 
 
+def ring_ops(t: Trace, warp: int, launch: int = 0) -> list[tuple]:
+    """The traced CTA's warp `warp` in program order, as attnlab.book.ring.ring_protocol writes a
+    role's hand-off: its lowest lane's ("sync", id) and ("arrive", id) barriers, ("wait", pending)
+    and ("commit", group), its cp.async copies as ("copy", stage, group) (one per group), and after
+    each barrier the ring stages any of its lanes read, as ("read", stage)."""
+    regions = stage_regions(t, launch)
+    ev = t.launches[launch].events
+    ev = ev[ev["warp"] == warp]
+    lane = int(ev["lane"][ev["lane"] != 255].min())
+    lo = np.array([r[0] for r in regions])
+    hi = np.array([r[1] for r in regions])
+
+    def stage(offset: int) -> int:
+        i = int(np.searchsorted(lo, offset, side="right")) - 1
+        return i if i >= 0 and offset < hi[i] else -1
+
+    reads: dict[int, set] = {}
+    for e in ev[(ev["buffer"] == -1) & (ev["write"] == 0) & (ev["kind"] == EVENT_KINDS.index("access"))]:
+        if (st := stage(int(e["offset"]))) >= 0:
+            reads.setdefault(int(e["step"]), set()).add(st)
+    out: list[tuple] = []
+    names = {"bar.sync": "sync", "bar.arrive": "arrive", "wait_group": "wait", "commit": "commit"}
+    for e in ev[ev["lane"] == lane]:
+        kind = EVENT_KINDS[e["kind"]]
+        if kind == "cp.async":
+            op = ("copy", stage(int(e["offset"])), int(e["arg"]))
+            if not out or out[-1] != op:
+                out.append(op)
+        elif kind in names:
+            out.append((names[kind], int(e["arg"])))
+            if kind.startswith("bar."):
+                out += [("read", st) for st in sorted(reads.get(int(e["step"]) + 1, ()))]
+    return out
+
+
 def pipeline_figure(t: Trace, title: str | None = None, launch: int = 0):
     """Per warp and step (block barriers passed) of the traced CTA: the K/V stages it issues cp.async
     copies into (upper half of the cell) and the stages it reads (lower half). An order of events,

@@ -17,6 +17,31 @@ class RingSpan(NamedTuple):
     end: float
 
 
+def ring_protocol(stages: int, n_tiles: int) -> tuple[list[tuple], list[tuple]]:
+    """The hand-off of kernels/06_warp_specialized.cu as each role runs it, in program order: the
+    producers' ("sync", EMPTY id), ("copy", stage, tile), ("commit", group), ("wait", LAG) and
+    ("arrive", FULL id), and the consumers' ("sync", FULL id), ("read", stage) and ("arrive", EMPTY
+    id). FULL[s] is named barrier 1 + s, EMPTY[s] 1 + STAGES + s; a tile's group is its step.
+    ring_schedule times this order; the executor's trace of the kernel shows it (a test holds the two
+    equal)."""
+    lag = stages - 1
+    producer: list[tuple] = []
+    for t in range(n_tiles + lag):
+        if t < n_tiles:
+            if t >= stages:
+                producer.append(("sync", 1 + stages + t % stages))
+            producer.append(("copy", t % stages, t))
+        producer.append(("commit", t))
+        if t >= lag:
+            producer += [("wait", lag), ("arrive", 1 + (t - lag) % stages)]
+    consumer: list[tuple] = []
+    for t in range(n_tiles):
+        consumer += [("sync", 1 + t % stages), ("read", t % stages)]
+        if t + stages < n_tiles:
+            consumer.append(("arrive", 1 + stages + t % stages))
+    return producer, consumer
+
+
 def ring_schedule(stages: int, n_tiles: int, copy_time: float, math_time: float,
                   issue_time: float = 0.0) -> list[RingSpan]:
     """When each key tile is copied and consumed under the hand-off of kernels/06_warp_specialized.cu,
