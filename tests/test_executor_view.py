@@ -165,3 +165,52 @@ def test_without_a_compiler_the_sections_say_so_and_draw_nothing(monkeypatch, tm
     assert len(said) == 3 and all("no-such-compiler" in s for s in said)
     maps, source = fragments.maps_for_page()
     assert "ISA" in source and maps["A"][1][5, 0] == 2
+
+
+def test_score_traffic_is_the_score_matrix_each_way():
+    """Chapter 4's figure data: the hybrid softmax reads S's B H L^2 fp16 bytes twice (the row's max
+    and sum, then P) and writes them once, over S; chapter 3 reads Q once, K and V once per CTA, and
+    writes O once; the GEMMs' operands are the closed forms."""
+    B, H, L, D = SMALL
+    hybrid = executor_view.bytes_by_buffer(trace("04_cublas_hybrid", SMALL))
+    assert hybrid == {"S": {"distinct_read": 2 * B * H * L * L, "distinct_write": 2 * B * H * L * L,
+                            "asked_read": 2 * 2 * B * H * L * L, "asked_write": 2 * B * H * L * L}}
+    t = trace("03_warp_rows_4w", SMALL)
+    fused = executor_view.bytes_by_buffer(t)
+    ctas = len(t.per_cta("global_read"))
+    assert fused["Q"]["asked_read"] == fused["Q"]["distinct_read"] == 2 * B * H * L * D
+    assert fused["K"]["asked_read"] == fused["V"]["asked_read"] == ctas // (B * H) * 2 * B * H * L * D
+    assert fused["O"]["distinct_write"] == 2 * B * H * L * D
+    gemms = executor_view.gemm_bytes(SMALL)
+    assert sum(n for _, _, n, _ in gemms) == 4 * 2 * B * H * L * L // 2 + 4 * 2 * B * H * L * D
+    planted = copy.deepcopy(trace("04_cublas_hybrid", SMALL))
+    planted.launches[0].distinct = [(1, 1)]
+    f = trace("03_warp_rows_4w", SMALL)
+    assert _png(executor_view.score_traffic_figure(f, planted, lengths=(128, 256))) != \
+        _png(executor_view.score_traffic_figure(f, trace("04_cublas_hybrid", SMALL), lengths=(128, 256)))
+
+
+def test_staging_follows_the_tiles_of_chapter_5():
+    """05_wmma's first key tile, one warp: five tiles in shared memory (K and V filled from global,
+    S, P and O), S written by a WMMA store then read by the lanes, P written by the lanes then read
+    by a WMMA load: the round trips the chapter removes. A planted trace draws differently."""
+    t = trace("05_wmma", SMALL)
+    bands = executor_view.shared_bands(t, (1, 2))
+    assert len(bands) == 5
+    ev = t.launches[0].events
+    kinds = [s.kind for s in t.launches[0].sites]
+    w0 = ev[(ev["warp"] == 0) & (ev["step"] == 2) & (ev["kind"] == EVENT_KINDS.index("access"))]
+    lo, _ = executor_view._run_spans(w0)
+
+    def kinds_in(band):
+        inside = w0[(lo >= band[0]) & (lo < band[1])]
+        return {kinds[s] for s in inside["site"].tolist()}
+
+    s_band, p_band = bands[2], bands[3]
+    assert {"wmma store", "shared load"} <= kinds_in(s_band)
+    assert {"shared store", "wmma load"} <= kinds_in(p_band)
+    planted = copy.deepcopy(t)
+    pev = planted.launches[0].events
+    pev["offset"][(pev["warp"] == 0) & (pev["buffer"] == -1)] //= 2
+    assert _png(executor_view.staging_figure(planted)) != _png(executor_view.staging_figure(t))
+    assert executor_view.staging_figure(trace("03_warp_rows_4w", SMALL)) is None  # no tensor cores

@@ -445,6 +445,223 @@ def tiling_figure(t: Trace, title: str | None = None, launch: int = 0):
     return fig
 
 
+# --- global traffic per tensor (chapter 4) -----------------------------------------------------
+
+def bytes_by_buffer(t: Trace, launch: int = 0) -> dict[str, dict[str, int]]:
+    """Per global buffer of a launch: the distinct bytes read and written (the least DRAM moves) and
+    every byte the CTAs asked for ("asked_read", "asked_write": L2's traffic), each site's bytes
+    going to the buffer its accesses in the traced CTA fall in (a site the traced CTA never ran goes
+    to "other")."""
+    c = t.launches[launch]
+    names = c.buffers or [f"buffer {i}" for i in range(len(c.distinct))]
+    out = {n: {"distinct_read": r, "distinct_write": w, "asked_read": 0, "asked_write": 0}
+           for n, (r, w) in zip(names, c.distinct)}
+    ev = c.events[(c.events["kind"] == EVENT_KINDS.index("access")) & (c.events["buffer"] >= 0)]
+    buffer_of_site = dict(zip(ev["site"].tolist(), ev["buffer"].tolist()))
+    for i, site in enumerate(c.sites):
+        if site.kind not in ("global load", "global store"):
+            continue
+        name = names[buffer_of_site[i]] if i in buffer_of_site else "other"
+        row = out.setdefault(name, {"distinct_read": 0, "distinct_write": 0, "asked_read": 0, "asked_write": 0})
+        row["asked_read" if site.kind == "global load" else "asked_write"] += site.bytes
+    return out
+
+
+def gemm_bytes(shape: Shape) -> list[tuple[str, str, int, bool]]:
+    """Chapter 4's two GEMMs, which the executor does not run (torch's matmul, cuBLAS on a GPU):
+    (step, tensor, bytes, written) for each operand moved once, fp16, the least any GEMM moves."""
+    B, H, L, D = shape
+    qkvo, s = 2 * B * H * L * D, 2 * B * H * L * L
+    return [("GEMM S = Q K^T", "Q", qkvo, False), ("GEMM S = Q K^T", "K", qkvo, False),
+            ("GEMM S = Q K^T", "S", s, True),
+            ("GEMM O = P V", "P", s, False), ("GEMM O = P V", "V", qkvo, False), ("GEMM O = P V", "O", qkvo, True)]
+
+
+TENSOR_COLORS = {"Q": 0, "K": 1, "V": 2, "O": 3, "S": 4, "P": 5, "other": 7}
+
+
+def score_traffic_figure(fused: Trace, hybrid: Trace, lengths=(256, 512, 1024, 2048)):
+    """Chapter 4's L x L traffic: the global bytes of the fused kernel (`fused`) and of the hybrid
+    (`hybrid`, whose softmax is the only launch the executor ran: its GEMMs are added as the bytes
+    of their operands, hatched and labelled computed), per tensor; left the distinct bytes (the least
+    DRAM moves), middle every byte the CTAs asked for (L2's traffic); right, the hybrid softmax's
+    distinct bytes traced at each of `lengths` (B = H = 1) against the fused kernel's ideal
+    4 L D x 2 bytes, on log scales: L^2 against L."""
+    if fused is None or hybrid is None:
+        return None
+    import matplotlib.pyplot as plt
+
+    colors = plt.get_cmap("tab10").colors
+    fig, axes = plt.subplots(1, 3, figsize=(FIGURE_WIDTH, 3.2), gridspec_kw={"width_ratios": [1, 1, 0.85]})
+    mib = 1 / 2**20
+    rows = [(f"{fused.kernel}\n(fused)", [(n, v, False) for n, v in bytes_by_buffer(fused).items()], []),
+            (f"{hybrid.kernel}\n(softmax + GEMMs)",
+             [(n if n != "S" else "S, then P over it", v, False) for n, v in bytes_by_buffer(hybrid).items()],
+             gemm_bytes(hybrid.shape))]
+    seen = set()
+    for ax, kind, what in ((axes[0], "distinct", "distinct bytes (the least DRAM moves)"),
+                           (axes[1], "asked", "bytes the CTAs asked L2 for")):
+        for y, (label, measured, gemms) in enumerate(rows):
+            left = 0.0
+
+            def computed(step_prefix):
+                nonlocal left
+                for step, tensor, nbytes, _ in gemms:
+                    if not step.startswith(step_prefix):
+                        continue
+                    lbl = "GEMM operands (computed, not executed)" if "gemm" not in seen else None
+                    seen.add("gemm")
+                    ax.barh(y, nbytes * mib, left=left, color=colors[TENSOR_COLORS[tensor]], alpha=0.45,
+                            hatch="///", edgecolor="black", lw=0.3, label=lbl)
+                    left += nbytes * mib
+
+            computed("GEMM S")  # in the order the hybrid runs: S = Q K^T, the softmax, O = P V
+            for name, v, _ in measured:
+                for rw in ("read", "write"):
+                    width = v[f"{kind}_{rw}"] * mib
+                    if not width:
+                        continue
+                    tensor = name.split(",")[0]
+                    lbl = (f"{name} (executed)" if tensor not in seen else None)
+                    seen.add(tensor)
+                    ax.barh(y, width, left=left, color=colors[TENSOR_COLORS.get(tensor, 7)], edgecolor="white",
+                            lw=0.5, label=lbl)
+                    left += width
+            computed("GEMM O")
+            ax.text(left, y, f" {left:,.1f}", va="center", fontsize=6.5)
+        ax.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlabel(f"MiB: {what}", fontsize=7)
+        ax.tick_params(axis="x", labelsize=6.5)
+        ax.margins(x=0.25)
+    axes[1].set_yticklabels([])
+    handles, labels = axes[0].get_legend_handles_labels()
+    h1, l1 = axes[1].get_legend_handles_labels()
+    fig.legend(handles + h1, labels + l1, fontsize=6.5, loc="lower center", ncol=4, frameon=False)
+    ax = axes[2]
+    measured = [trace(hybrid.kernel.split("@")[0], Shape(1, 1, L, hybrid.shape.D), hybrid.causal, cta=None).totals()
+                for L in lengths]
+    ax.loglog(lengths, [(m["global_distinct_read"] + m["global_distinct_write"]) * mib for m in measured], "o-",
+              color=colors[4], label="hybrid softmax, S and P (executed)")
+    ax.loglog(lengths, [4 * L * hybrid.shape.D * 2 * mib for L in lengths], "s--", color=colors[0],
+              label="fused ideal, Q K V O (4 L D x 2)")
+    ax.set_xticks(lengths, [str(L) for L in lengths])
+    ax.minorticks_off()
+    ax.set_xlabel(f"L (B = H = 1, D = {hybrid.shape.D})", fontsize=7)
+    ax.set_ylabel("MiB, distinct", fontsize=7)
+    ax.tick_params(labelsize=6.5)
+    ax.set_ylim(top=ax.get_ylim()[1] * 12)  # room for the legend above the lines
+    ax.legend(fontsize=6, loc="upper left")
+    fig.suptitle(f"Global traffic at {hybrid.shape.label()}: the score matrix costs the hybrid L x L bytes, "
+                 "each way (from the executor's counts)", fontsize=8.5)
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    return fig
+
+
+# --- staging through shared memory (chapter 5) --------------------------------------------------
+
+STAGING_KINDS = {"wmma load": 0, "wmma store": 9, "shared load": 1, "shared store": 3}  # tab10 colours
+
+
+def _run_spans(e) -> tuple[np.ndarray, np.ndarray]:
+    """[lo, hi) of each access event's run of shared bytes."""
+    off = e["offset"].astype(np.int64)
+    reach = e["stride"].astype(np.int64) * (e["count"].astype(np.int64) - 1)
+    return off + np.minimum(reach, 0), off + np.maximum(reach, 0) + e["bytes"].astype(np.int64)
+
+
+def shared_bands(t: Trace, steps, launch: int = 0) -> list[tuple[int, int]]:
+    """The traced CTA's tiles in shared memory during `steps`, as its stores show them: each source
+    line that writes shared memory covers the range [lo, hi) from its lowest to its highest byte,
+    and overlapping ranges (one tile, several writers) merge. Padding between rows cannot tell two
+    tiles apart; their writers can."""
+    ev = t.launches[launch].events
+    e = ev[(ev["kind"] == EVENT_KINDS.index("access")) & (ev["buffer"] == -1) & (ev["write"] == 1)
+           & np.isin(ev["step"], list(steps))]
+    lo, hi = _run_spans(e)
+    per_site: dict[int, list[int]] = {}
+    for site, a, b in zip(e["site"].tolist(), lo.tolist(), hi.tolist()):
+        span = per_site.setdefault(site, [a, b])
+        span[0], span[1] = min(span[0], a), max(span[1], b)
+    bands: list[list[int]] = []
+    for a, b in sorted(per_site.values()):
+        if bands and a < bands[-1][1]:
+            bands[-1][1] = max(bands[-1][1], b)
+        else:
+            bands.append([a, b])
+    return [(a, b) for a, b in bands]
+
+
+def staging_figure(t: Trace, warp: int = 0, title: str | None = None, launch: int = 0):
+    """One warp's first key tile of math, in the order it ran (each column one stretch between two
+    meetings of the warp: a WMMA operation, a __syncwarp or a shuffle): which shared-memory bytes each
+    source line read or wrote, WMMA's fragment loads and stores apart from the lanes' own loads and
+    stores, and where the tensor cores ran. Shared memory's ranges are labelled by the line that
+    filled them from global memory (the step before) or first wrote them in this one."""
+    if t is None:
+        return None
+    import matplotlib.pyplot as plt
+
+    c = t.launches[launch]
+    ev = c.events
+    w = ev[ev["warp"] == warp]
+    mma_kinds = [EVENT_KINDS.index("wmma mma"), EVENT_KINDS.index("mma.sync")]
+    mma = w[np.isin(w["kind"], mma_kinds)]
+    if not len(mma):
+        return None
+    step = int(mma["step"].min())
+    sel = w[w["step"] == step]
+    epochs = np.unique(sel["epoch"])
+    col = {int(e): i for i, e in enumerate(epochs)}
+    acc = sel[(sel["kind"] == EVENT_KINDS.index("access")) & (sel["buffer"] == -1)]
+    lo, hi = _run_spans(acc)
+    places = short_places([s.where for s in c.sites])
+    colors = plt.get_cmap("tab10").colors
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 3.8))
+    spans: dict[tuple[int, int], list[int]] = {}
+    for e, a, b in zip(acc, lo.tolist(), hi.tolist()):
+        key = (int(e["epoch"]), int(e["site"]))
+        span = spans.setdefault(key, [a, b])
+        span[0], span[1] = min(span[0], a), max(span[1], b)
+    shown = set()
+    for (epoch, site), (a, b) in spans.items():
+        kind = c.sites[site].kind
+        shift = {"wmma load": -0.2, "shared load": -0.2, "wmma store": 0.2, "shared store": 0.2}.get(kind, 0)
+        ax.plot([col[epoch] + shift] * 2, [a, b], lw=2.2, solid_capstyle="butt",
+                color=colors[STAGING_KINDS.get(kind, 7)], label=None if kind in shown else kind)
+        shown.add(kind)
+    mma_cols = sorted({col[int(e)] for e in sel["epoch"][np.isin(sel["kind"], mma_kinds)]})
+    bands = shared_bands(t, (step - 1, step), launch)
+    top = max(b for _, b in bands) if bands else 1
+    ax.scatter(mma_cols, [-0.04 * top] * len(mma_cols), marker="|", s=40, color="black", label="tensor-core mma")
+    writes = ev[(ev["kind"] == EVENT_KINDS.index("access")) & (ev["buffer"] == -1) & (ev["write"] == 1)
+                & np.isin(ev["step"], [step - 1, step])]
+    w_lo, _ = _run_spans(writes)
+    for i, (a, b) in enumerate(bands):
+        ax.axhspan(a, b, color="0.93" if i % 2 else "0.86", zorder=0, lw=0)
+        inside = writes[(w_lo >= a) & (w_lo < b)]
+        earlier = inside[inside["step"] < step]
+        first = (earlier if len(earlier) else inside)
+        name = ""
+        if len(first):
+            site = c.sites[int(first["site"][np.argmin(first["seq"])])]
+            how = "filled from global" if len(earlier) else f"written first by {site.kind}"
+            name = f"{how} at {site_label(places[site.where])}"
+        ax.text(1.01, (a + b) / 2, f"bytes {a:,}-{b:,}\n{name}", transform=ax.get_yaxis_transform(),
+                va="center", fontsize=6.3)
+    ax.set_xlim(-1, len(epochs))
+    ax.set_ylim(top * 1.02, -0.08 * top)
+    ax.set_xlabel(f"warp {warp}'s operations in order, between its meetings (key tile 0: step {step}); "
+                  "an order, not a time", fontsize=7.5)
+    ax.set_ylabel("shared-memory byte offset", fontsize=7.5)
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=6.5, loc="lower left", ncol=5, bbox_to_anchor=(0, 1.0), frameon=False)
+    fig.suptitle(title or f"{t.kernel}: one warp's round trips through shared memory (from the executor's trace)",
+                 fontsize=8.5, y=0.995)
+    fig.subplots_adjust(left=0.09, right=0.7, top=0.86, bottom=0.13)
+    return fig
+
+
 # --- the pipeline ------------------------------------------------------------------------------
 
 def stage_regions(t: Trace, launch: int = 0) -> list[tuple[int, int]]:
