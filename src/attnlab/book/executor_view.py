@@ -120,19 +120,16 @@ def _group_starts(keys: np.ndarray) -> np.ndarray:
     return new
 
 
-def accesses(t: Trace, buffer: int | None = None, kinds=("access",), launch: int = 0,
-             per_lane_site: int | None = None) -> Accesses:
-    """Every access of the traced CTA to `buffer` (its index in the launch's buffers; -1 shared
-    memory; None: any) among the events of `kinds`, runs expanded; with `per_lane_site`, only each
-    lane's first that many accesses at each site in each epoch (the k-th accesses of a warp's lanes
-    at a site in one epoch are one request, so a cap keeps whole requests)."""
+def _runs(t: Trace, buffer: int | None, kinds, launch: int, per_lane_site: int | None):
+    """The trace's access runs of `kinds` to `buffer`, each with the occurrence of its first access
+    (the accesses its lane made earlier at its site in its epoch) and how many of its accesses to
+    keep (all, or up to `per_lane_site` per lane, site and epoch)."""
     ev = t.launches[launch].events
     sel = np.isin(ev["kind"], [EVENT_KINDS.index(k) for k in kinds])
     if buffer is not None:
         sel &= ev["buffer"] == buffer
     ev = ev[sel]
     n = ev["count"].astype(np.int64)
-    # each event's first occurrence: the accesses its lane made earlier at its site in its epoch
     order = np.lexsort((ev["seq"], ev["lane"], ev["epoch"], ev["warp"], ev["site"]))
     key = np.stack([ev["site"][order], ev["warp"][order], ev["epoch"][order], ev["lane"][order]]).astype(np.int64)
     starts = _group_starts(key)
@@ -141,13 +138,29 @@ def accesses(t: Trace, buffer: int | None = None, kinds=("access",), launch: int
     first = np.empty(len(ev), np.int64)
     first[order] = csum - group_base
     take = n if per_lane_site is None else np.clip(per_lane_site - first, 0, n)
+    return ev, first, take
+
+
+def _expand(ev, first, take, **extra) -> Accesses:
+    """One entry per access of the runs `ev` (the first `take` of each); `extra`, per-run arrays
+    to carry along under Accesses' field names (they replace those the events give)."""
     rep = np.repeat(np.arange(len(ev)), take)
     within = np.arange(int(take.sum())) - np.repeat(np.cumsum(take) - take, take)
     offset = ev["offset"].astype(np.int64)[rep] + within * ev["stride"].astype(np.int64)[rep]
-    return Accesses(ev["warp"][rep].astype(np.int64), ev["lane"][rep].astype(np.int64), ev["site"][rep].astype(np.int64),
-                    ev["seq"][rep].astype(np.int64), ev["epoch"][rep].astype(np.int64), first[rep] + within, offset,
-                    ev["bytes"][rep].astype(np.int64),
-                    ev["write"][rep].astype(bool), ev["arg"][rep].astype(np.int64))
+    fields = {"warp": ev["warp"], "lane": ev["lane"], "site": ev["site"], "seq": ev["seq"], "epoch": ev["epoch"],
+              "bytes": ev["bytes"], "arg": ev["arg"], **extra}
+    return Accesses(*(fields[f][rep].astype(np.int64) for f in ("warp", "lane", "site", "seq", "epoch")),
+                    first[rep] + within, offset, fields["bytes"][rep].astype(np.int64),
+                    ev["write"][rep].astype(bool), fields["arg"][rep].astype(np.int64))
+
+
+def accesses(t: Trace, buffer: int | None = None, kinds=("access",), launch: int = 0,
+             per_lane_site: int | None = None) -> Accesses:
+    """Every access of the traced CTA to `buffer` (its index in the launch's buffers; -1 shared
+    memory; None: any) among the events of `kinds`, runs expanded; with `per_lane_site`, only each
+    lane's first that many accesses at each site in each epoch (the k-th accesses of a warp's lanes
+    at a site in one epoch are one request, so a cap keeps whole requests)."""
+    return _expand(*_runs(t, buffer, kinds, launch, per_lane_site))
 
 
 # --- banks -----------------------------------------------------------------------------------
@@ -183,16 +196,29 @@ def shared_sites(t: Trace, launch: int = 0, per_lane_site: int | None = None) ->
     SiteBanks, in the order the kernel first ran them; with `per_lane_site`, from each warp's first
     that many requests at each instruction in each epoch."""
     c = t.launches[launch]
-    a = accesses(t, -1, kinds=("access", "ldmatrix", "cp.async"), launch=launch, per_lane_site=per_lane_site)
+    ev, first, take = _runs(t, -1, ("access", "ldmatrix", "cp.async"), launch, per_lane_site)
     kind_of_site = np.array([s.kind for s in c.sites] + ["none"])
-    a = a.where(~np.isin(kind_of_site[np.minimum(a.site, len(c.sites))], ["wmma load", "wmma store"]))
-    if not len(a):
+    keep = ~np.isin(kind_of_site[np.minimum(ev["site"], len(c.sites))], ["wmma load", "wmma store"])
+    ev, first, take = ev[keep], first[keep], take[keep]
+    if not len(ev):
         return []
-    site_kind = kind_of_site[a.site]
+    site_kind = kind_of_site[ev["site"]]
     # the phase a lane's access is served in: ldmatrix by matrix (8 row addresses each), else by
     # the width of the access (16 bytes: quarter-warps, 8: half-warps, less: the whole warp)
-    per_phase = np.where(a.bytes >= 16, 8, np.where(a.bytes == 8, 16, 32))
-    phase = np.where(site_kind == "ldmatrix", a.arg // 8, a.lane // per_phase)
+    per_phase = np.where(ev["bytes"] >= 16, 8, np.where(ev["bytes"] == 8, 16, 32))
+    phase = np.where(site_kind == "ldmatrix", ev["arg"] // 8, ev["lane"] // per_phase).astype(np.int64)
+    # each source line's first access, for the order of the rows
+    places: dict[tuple[str, str], int] = {}
+    group = np.array([places.setdefault((s.where, s.kind), len(places)) for s in c.sites], np.int64)
+    first_seq = np.full(len(places), np.iinfo(np.int64).max)
+    np.minimum.at(first_seq, group[ev["site"]], ev["seq"].astype(np.int64))
+    # lanes of one phase that run the same run (a broadcast: chapter 1's lanes all read one column)
+    # give the same words: one of them stands for all before the runs are expanded
+    runs = np.stack([ev["site"], ev["warp"], ev["epoch"], first, phase, ev["offset"].astype(np.int64),
+                     ev["stride"], take, ev["bytes"]]).astype(np.int64)
+    _, one = np.unique(runs, axis=1, return_index=True)
+    a = _expand(ev[one], first[one], take[one], arg=phase[one])
+    phase = a.arg
     # one 64-bit code per (instruction, warp, epoch, request, phase) and then per word: a chapter-1
     # CTA touches millions of words, and one sort of integers is what makes that quick
     fields = (a.site, a.warp, a.epoch, a.occurrence, phase)
@@ -215,11 +241,6 @@ def shared_sites(t: Trace, launch: int = 0, per_lane_site: int | None = None) ->
     site_of_phase = request_of_phase // (radix[1] * radix[2] * radix[3])
     site_of_pb = phase_bank // BANKS // int(np.prod(radix[1:]))
     bank_of_pb = phase_bank % BANKS
-    # the source lines: a line may hold several instructions (sites) of one kind
-    places: dict[tuple[str, str], int] = {}
-    group = np.array([places.setdefault((s.where, s.kind), len(places)) for s in c.sites], np.int64)
-    first_seq = np.full(len(places), np.iinfo(np.int64).max)
-    np.minimum.at(first_seq, group[a.site], a.seq)
     words_at = np.zeros((len(places), BANKS))
     busy_at = np.zeros((len(places), BANKS))
     np.add.at(words_at, (group[site_of_pb], bank_of_pb), bank_words)
