@@ -175,3 +175,25 @@ def test_every_chapter_counted_at_the_mission_shape_within_five_minutes():
         assert t.completed and not t.findings, (kid, t.findings)
         assert t.totals()["global_write"] >= MISSION.B * MISSION.H * MISSION.L * MISSION.D * 2
     assert time.perf_counter() - start < 300
+
+
+@pytest.mark.parametrize("kid,causal,cta", [("02_block_tiling", True, 5), ("07_mma", True, 1), ("06_warp_specialized", False, 0)])
+def test_a_grid_split_across_processes_counts_the_same(kid, causal, cta):
+    """Every block runs once in one of the processes and counts what it would in one launch: the
+    merged counts, sites, distinct bytes and the traced CTA's events equal one process's run."""
+    shape = Shape(1, 2, 333, 64)
+    one = trace(kid, shape, causal, cta=cta, cache=False, jobs=1)
+    split = trace(kid, shape, causal, cta=cta, cache=False, jobs=3)
+    a, b = one.launches[0], split.launches[0]
+    assert one.totals() == split.totals()
+    assert a.sites == b.sites and a.distinct == b.distinct and (a.blocks == b.blocks).all()
+    assert len(a.events) == len(b.events) and (a.events == b.events).all()
+
+
+def test_a_share_of_a_two_launch_grid_is_refused():
+    from attnlab.executor.cpu import attention_cpu
+    from attnlab.pass_rule import make_inputs
+
+    q, k, v = make_inputs(Shape(1, 1, 64, 64), 0, device="cpu")
+    with pytest.raises(ValueError, match="more than one launch"):
+        attention_cpu("07_mma_split_ctas", q, k, v, count=True, block_range=(0, 1))

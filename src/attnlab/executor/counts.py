@@ -71,6 +71,9 @@ class LaunchCounts:
     traced_block: int | None = None
     truncated: bool = False                 # the trace stopped at its cap (the counts did not)
     buffers: list[str] = field(default_factory=list)  # names of the global buffers, when the caller gave them
+    # for merging the counts of launches that each ran a share of one grid (attnlab.executor.trace):
+    site_pcs: list[int] = field(default_factory=list)  # each site's instruction, as a module offset
+    touched: list[np.ndarray] | None = None            # per buffer, per byte: 1 read, 2 written
 
     def block_field(self, name: str) -> np.ndarray:
         return self.blocks[:, BLOCK_FIELDS.index(name)]
@@ -95,10 +98,25 @@ def declare(lib) -> None:
     for fn in COUNT_FUNCTIONS:
         getattr(lib, fn).restype = ctypes.c_long
         getattr(lib, fn).argtypes = [ctypes.c_void_p, ctypes.c_long]
+    lib.attn_cpu_touched.restype = ctypes.c_long
+    lib.attn_cpu_touched.argtypes = [ctypes.c_long, ctypes.c_void_p, ctypes.c_long]
+    lib.attn_cpu_set_block_range.argtypes = [ctypes.c_long, ctypes.c_long]
 
 
-def read_counts(lib, path: Path, entry: str, grid, block, trace_block: int | None) -> LaunchCounts:
-    """The counts of the launch `lib` (a ctypes.CDLL of a kernel library, declare()d) just ran."""
+def _touched(lib, buffers: int) -> list[np.ndarray]:
+    out = []
+    for i in range(buffers):
+        flags = np.zeros(lib.attn_cpu_touched(i, None, 0), np.uint8)
+        if len(flags):
+            lib.attn_cpu_touched(i, flags.ctypes.data, len(flags))
+        out.append(flags)
+    return out
+
+
+def read_counts(lib, path: Path, entry: str, grid, block, trace_block: int | None,
+                touched: bool = False) -> LaunchCounts:
+    """The counts of the launch `lib` (a ctypes.CDLL of a kernel library, declare()d) just ran;
+    `touched`, with each buffer's bytes as the launch touched them (to merge shares of a grid)."""
     raw_sites = _array(lib, "attn_cpu_sites", 7)
     places = source_lines(path, [int(r[0]) for r in raw_sites])
     sites = [SiteCount(places.get(int(r[0]), "?"), SITE_KINDS[int(r[1])], *(int(x) for x in r[2:])) for r in raw_sites]
@@ -111,4 +129,6 @@ def read_counts(lib, path: Path, entry: str, grid, block, trace_block: int | Non
     if n:
         lib.attn_cpu_trace(events.ctypes.data, n)
     return LaunchCounts(entry, tuple(grid), tuple(block), sites, blocks, distinct, events,
-                        trace_block, bool(lib.attn_cpu_trace_truncated()))
+                        trace_block, bool(lib.attn_cpu_trace_truncated()),
+                        site_pcs=[int(r[0]) for r in raw_sites],
+                        touched=_touched(lib, len(distinct)) if touched else None)

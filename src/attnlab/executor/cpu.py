@@ -125,7 +125,8 @@ class _Buffers:
 
 def attention_cpu(kernel_id: str | KernelSpec, q, k, v, causal: bool = False, scale: float | None = None, *,
                   seed: int = 0, races: bool = True, banks: bool = False, time_limit: float = 300.0,
-                  src_dir=None, count: bool = False, trace_block: int | None = None, sms: int | None = None):
+                  src_dir=None, count: bool = False, trace_block: int | None = None, sms: int | None = None,
+                  block_range: tuple[int, int] | None = None):
     """softmax(q k^T * scale [+ causal mask]) v by a registered kernel on the CPU executor.
 
     q, k, v: contiguous fp16 CPU tensors [B, H, L, D]. Returns (out, report): the output (NaN
@@ -134,7 +135,9 @@ def attention_cpu(kernel_id: str | KernelSpec, q, k, v, causal: bool = False, sc
     builds the kernel from a copy of kernels/ instead. `count`: the report's `counts` hold what each
     launch did (attnlab.executor.counts), with every event of block `trace_block` of each launch.
     `sms`: launch as the launcher would on a GPU of that many SMs (chapter 7's key split follows it;
-    default: the GPU at hand's, the L4's 58 without one)."""
+    default: the GPU at hand's, the L4's 58 without one). `block_range`: run only those blocks of a
+    one-launch kernel's grid (a share of a counted launch: attnlab.executor.trace), the rest of the
+    output left NaN."""
     import torch
 
     from ..kernels.contract import validate
@@ -145,6 +148,10 @@ def attention_cpu(kernel_id: str | KernelSpec, q, k, v, causal: bool = False, sc
     lib = library_for(spec, src_dir)
     out = torch.full_like(q, float("nan"))
     options = dict(seed=seed, races=races, banks=banks, time_limit=time_limit, count=count, trace_block=trace_block)
+    if block_range is not None:
+        if spec.runner is not None:
+            raise ValueError(f"{spec.id} makes more than one launch: a share of its grid would not run alone")
+        options["block_range"] = tuple(block_range)
     with _Buffers(lib) as buf:
         run = _CPU_RUNNERS[spec.runner] if spec.runner is not None else _fused_cpu
         out, report = run(spec, shape, lib, buf, q, k, v, causal, scale, out, options, sms=sms)

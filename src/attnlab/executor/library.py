@@ -114,10 +114,11 @@ class Library:
 
     def launch(self, entry: str, grid, block, shared_bytes: int, args, seed: int = 0, races: bool = True,
                banks: bool = False, preempt: bool = True, time_limit: float = 300.0, count: bool = False,
-               trace_block: int | None = None) -> LaunchReport:
+               trace_block: int | None = None, block_range: tuple[int, int] | None = None) -> LaunchReport:
         """Run the grid. `count`: also count what it did, per instruction site and per block
         (attnlab.executor.counts), and record every event of block `trace_block` (its linear index;
-        None: no trace)."""
+        None: no trace). `block_range`: run only the blocks [lo, hi) of the grid, and read back the
+        bytes each buffer had touched (a share of a counted launch; attnlab.executor.trace)."""
         sig = self.signature(entry)
         if len(args) != len(sig):
             raise TypeError(f"{entry} takes {len(sig)} arguments ({sig}); got {len(args)}")
@@ -134,9 +135,14 @@ class Library:
             (OPT_COUNT if count else 0)
         thunk = ctypes.cast(getattr(self._lib, f"attn_cpu_thunk_{entry}"), ctypes.c_void_p)
         self._lib.attn_cpu_set_trace_block(ctypes.c_long(-1 if trace_block is None else int(trace_block)))
-        rc = self._lib.attn_cpu_launch(thunk, argv, *grid, *block, int(shared_bytes), int(seed) & (2**64 - 1),
-                                       options, float(time_limit))
-        counts = [read_counts(self._lib, self.path, entry, grid, block, trace_block)] if count else []
+        self._lib.attn_cpu_set_block_range(*(block_range or (0, -1)))
+        try:
+            rc = self._lib.attn_cpu_launch(thunk, argv, *grid, *block, int(shared_bytes), int(seed) & (2**64 - 1),
+                                           options, float(time_limit))
+        finally:
+            self._lib.attn_cpu_set_block_range(0, -1)
+        counts = [read_counts(self._lib, self.path, entry, grid, block, trace_block,
+                              touched=block_range is not None)] if count else []
         return LaunchReport(completed=rc == 0, findings=self._findings(), banks=self._banks(), counts=counts)
 
     def _findings(self) -> list[Finding]:

@@ -150,14 +150,106 @@ def _load(path) -> Trace | None:
                  meta["findings"])
 
 
+def _share(blocks: tuple[int, int]):
+    """One process's share of a counted launch: the blocks [lo, hi) of the grid (a child forked by
+    _run_sharded, which left it the kernel and its inputs in _SHARED_RUN)."""
+    import torch
+
+    from .cpu import attention_cpu
+
+    torch.set_num_threads(1)  # a forked child: no thread pool of its own
+    spec, label, shape, causal, cta, seed, sms, q, k, v = _SHARED_RUN
+    lo, hi = blocks
+    _, report = attention_cpu(spec, q, k, v, causal, seed=seed, races=False, banks=True, count=True,
+                              trace_block=cta if cta is not None and lo <= cta < hi else None,
+                              time_limit=900.0, sms=sms, block_range=(lo, hi))
+    return report.completed, [f.line(label) for f in report.findings], report.counts[0]
+
+
+_SHARED_RUN: tuple = ()  # what _run_sharded's forked children run (a KernelSpec does not pickle)
+
+
+def _merge_shares(shares: list[LaunchCounts]) -> LaunchCounts:
+    """The counts of a whole grid from launches that each ran a share of it, in block order: the
+    per-block and per-site counts add up (the sites in the order the blocks first ran them, as one
+    launch lists them), the distinct bytes are the union of what each share touched, and the
+    events are the traced block's share's, their sites renumbered to match."""
+    traced = next((c for c in shares if c.traced_block is not None), shares[0])
+    index: dict[tuple[int, str], int] = {}
+    sites: list[list] = []
+    events = traced.events.copy()
+    for c in shares:
+        renumber = np.empty(len(c.sites), np.int64)
+        for i, (pc, s) in enumerate(zip(c.site_pcs, c.sites)):
+            if (pc, s.kind) not in index:
+                index[(pc, s.kind)] = len(sites)
+                sites.append([s.where, s.kind, 0, 0, 0, 0, 0])
+            row = sites[index[(pc, s.kind)]]
+            renumber[i] = index[(pc, s.kind)]
+            for j, x in enumerate((s.lanes, s.requests, s.bytes, s.units, s.ideal)):
+                row[2 + j] += x
+        if c is traced and len(events):
+            has_site = events["site"] != np.iinfo(np.uint32).max
+            events["site"][has_site] = renumber[events["site"][has_site]]
+    distinct = []
+    for b in range(len(traced.distinct)):
+        flags = [c.touched[b] for c in shares]
+        union = np.zeros(max(len(f) for f in flags), np.uint8)
+        for f in flags:
+            union[: len(f)] |= f
+        distinct.append((int((union & 1).sum()), int((union >> 1 & 1).sum())))
+    return LaunchCounts(traced.entry, traced.grid, traced.block, [SiteCount(*r) for r in sites],
+                        sum(c.blocks for c in shares), distinct, events, traced.traced_block,
+                        traced.truncated, traced.buffers, [pc for pc, _ in index])
+
+
+def _run_sharded(spec: KernelSpec, label: str, shape: Shape, causal: bool, cta: int | None, seed: int,
+                 sms: int | None, q, k, v, jobs: int):
+    """(completed, findings, LaunchCounts) of a one-launch kernel's counted run, its grid split
+    among `jobs` forked processes: every block runs exactly once and counts the same wherever it
+    runs, so the merge is the whole launch's counts."""
+    import multiprocessing
+    import warnings
+
+    global _SHARED_RUN
+    grid = spec.launch_config(shape, sms)["grid"]
+    n = int(np.prod(grid))
+    bounds = np.linspace(0, n, jobs + 1).round().astype(int)
+    requests = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    _SHARED_RUN = (spec, label, shape, causal, cta, seed, sms, q, k, v)
+    try:
+        with warnings.catch_warnings():  # fork in a threaded process (a notebook's kernel): the children only count
+            warnings.simplefilter("ignore", DeprecationWarning)
+            with multiprocessing.get_context("fork").Pool(len(requests)) as pool:
+                results = pool.map(_share, requests)
+    finally:
+        _SHARED_RUN = ()
+    return (all(r[0] for r in results), sorted({line for r in results for line in r[1]}),
+            _merge_shares([r[2] for r in results]))
+
+
+def trace_jobs() -> int:
+    """Processes a count run splits its grid among: ATTNLAB_TRACE_JOBS, else every core (one where
+    fork is not how processes start, or inside a worker of warm())."""
+    import multiprocessing
+    import os
+
+    if "fork" not in multiprocessing.get_all_start_methods() or multiprocessing.parent_process() is not None:
+        return 1
+    return max(1, int(os.environ.get("ATTNLAB_TRACE_JOBS", os.cpu_count() or 1)))
+
+
 def trace(kernel: str | KernelSpec, shape: Shape = MISSION, causal: bool = False, cta: int | None = 0, *,
-          arch: str | None = None, sms: int | None = None, seed: int = 0, cache: bool = True) -> Trace:
+          arch: str | None = None, sms: int | None = None, seed: int = 0, cache: bool = True,
+          jobs: int | None = None) -> Trace:
     """Run `kernel` at `shape` on the CPU executor with its counts on, recording every event of CTA
     `cta` (its linear index, x fastest; None: counts only). `arch` picks the tiles of a target
     where the kernel's follow it (default: the GPU at hand's, the L4's sm_89 without one), `sms` the
     SM count the launcher sizes its grid for (chapter 7's key split; default: the GPU at hand's). The race
     check is off (a count run is not a check; `check --cpu` is); the executor's findings still come
-    back in `findings`. Raises AttentionInputError for a shape the kernel cannot take."""
+    back in `findings`. A one-launch kernel's grid is split among `jobs` processes (default
+    trace_jobs(): every core), which changes nothing in the counts. Raises AttentionInputError for a
+    shape the kernel cannot take."""
     from ..kernels.contract import AttentionInputError, shape_problem
     from ..pass_rule import make_inputs
     from .cpu import attention_cpu, cpu_label
@@ -171,11 +263,16 @@ def trace(kernel: str | KernelSpec, shape: Shape = MISSION, causal: bool = False
     if path is not None and path.exists() and (found := _load(path)) is not None:
         return found
     q, k, v = make_inputs(shape, seed, device="cpu")
-    _, report = attention_cpu(spec, q, k, v, causal, seed=seed, races=False, banks=True, count=True,
-                              trace_block=cta, time_limit=900.0, sms=sms)
     label = cpu_label(spec, arch)
-    result = Trace(label, shape, bool(causal), cta, report.counts, report.completed,
-                   [f.line(label) for f in report.findings])
+    jobs = min(jobs or trace_jobs(), int(np.prod(spec.launch_config(shape, sms)["grid"])))
+    if jobs > 1 and spec.runner is None:
+        completed, findings, counts = _run_sharded(spec, label, shape, causal, cta, seed, sms, q, k, v, jobs)
+        result = Trace(label, shape, bool(causal), cta, [counts], completed, findings)
+    else:
+        _, report = attention_cpu(spec, q, k, v, causal, seed=seed, races=False, banks=True, count=True,
+                                  trace_block=cta, time_limit=900.0, sms=sms)
+        result = Trace(label, shape, bool(causal), cta, report.counts, report.completed,
+                       [f.line(label) for f in report.findings])
     if path is not None and result.completed:
         _save(path, result)
     return result

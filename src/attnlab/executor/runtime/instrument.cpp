@@ -313,6 +313,16 @@ ATTN_API long attn_cpu_distinct_bytes(long long* out, long cap_buffers) {
     return n;
 }
 
+// Per byte of global buffer `buffer`, what the last counted launch did to it (1 read, 2 written;
+// the bytes past the returned length were not touched) into `out` when it has room; returns the
+// length. Launches that each ran a share of one grid merge their distinct bytes from these.
+ATTN_API long attn_cpu_touched(long buffer, uint8_t* out, long cap) {
+    if (buffer < 0 || buffer >= (long)touched.size()) return 0;
+    const long n = (long)touched[buffer].size();
+    if (out && cap >= n) memcpy(out, touched[buffer].data(), n);
+    return n;
+}
+
 // The traced block's events (48 bytes each) into `out` when it has room; returns their number.
 ATTN_API long attn_cpu_trace(void* out, long cap) {
     const long n = (long)events.size();

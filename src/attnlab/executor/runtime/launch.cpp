@@ -11,6 +11,7 @@ void set_kernel(void (*thunk)(void**), void** args);
 void* allocate_global(size_t bytes);
 void free_globals();
 static long trace_block = -1;
+static long range_lo = 0, range_hi = -1;  // the blocks (linear indices) a launch runs; hi < 0: all
 std::string findings_text();
 
 static std::vector<uint32_t> clocks;  // MAX_THREADS x MAX_THREADS vector clocks, allocated once
@@ -25,6 +26,13 @@ ATTN_API int attn_cpu_abi_version() { return 1; }
 
 // The block (linear index) whose events the next counted launch (OPT_COUNT) records; -1: none.
 ATTN_API void attn_cpu_set_trace_block(long block) { trace_block = block; }
+
+// The blocks [lo, hi) (linear indices) the next launches run, the others skipped (hi < 0: every
+// block): a counted launch split across processes, each counting its share of the grid.
+ATTN_API void attn_cpu_set_block_range(long lo, long hi) {
+    range_lo = lo;
+    range_hi = hi;
+}
 
 ATTN_API void* attn_cpu_alloc(size_t bytes) { return allocate_global(bytes ? bytes : 1); }
 
@@ -71,11 +79,16 @@ ATTN_API int attn_cpu_launch(void (*thunk)(void**), void** args, unsigned gx, un
             for (unsigned x = 0; x < gx && !g.aborted; ++x) {
                 view.block_idx = uint3{x, y, z};
                 g.block_linear = x + gx * (y + gy * z);
+                if ((long)g.block_linear < range_lo || (range_hi >= 0 && (long)g.block_linear >= range_hi)) continue;
                 for (int i = 0; i < g.nthreads; ++i) {
                     std::fill(g.threads[i].vc, g.threads[i].vc + g.nthreads, 0u);
                     g.threads[i].vc[i] = 1;
                 }
                 shadow_reset_block();
+                // The traced block's schedule from its own seed, not from the blocks run before
+                // it: its events then come out the same when the grid is split across processes.
+                if ((options & OPT_COUNT) && (long)g.block_linear == trace_block)
+                    g.rng = (seed ^ ((uint64_t)g.block_linear + 1) * 0x9e3779b97f4a7c15ull) * 0x2545f4914f6cdd1dull + 1;
                 instrument_block_begin();
                 run_block();
             }
