@@ -190,6 +190,40 @@ def _distinct(codes: np.ndarray, starts: bool = False) -> tuple[np.ndarray, np.n
     return s[first], begin if starts else np.diff(np.append(begin, len(s)))
 
 
+def _collapsible(ev, first, take) -> np.ndarray:
+    """Per run, how many requests its first access may stand for (1: expand it). A run whose
+    stride is a multiple of 128 bytes (32 banks of 4 bytes) meets the same banks at every step, and
+    so does every request it takes part in if every run of those requests is such a run over the
+    same occurrences: chapter 1's lanes each walk a column of their own, 64 rows 256 bytes apart."""
+    n = len(ev)
+    if not n:
+        return np.ones(0, np.int64)
+    trio = np.stack([ev["site"], ev["warp"], ev["epoch"]]).astype(np.int64)
+    order = np.lexsort((first, trio[2], trio[1], trio[0]))
+    t3, f, tk = trio[:, order], first[order], take[order]
+    same_trio = np.ones(n, bool)
+    same_trio[1:] = np.all(t3[:, 1:] == t3[:, :-1], axis=0)
+    same_trio[0] = False
+    same_group = same_trio.copy()
+    same_group[1:] &= f[1:] == f[:-1]
+    group = np.cumsum(~same_group) - 1
+    trio_id = np.cumsum(~same_trio) - 1
+    bad_group = np.zeros(group[-1] + 1, bool)
+    # a group's runs cover the same occurrences, at a bank-invariant stride
+    bad_group[group[1:][same_group[1:] & (tk[1:] != tk[:-1])]] = True
+    bad_group[group[(ev["stride"][order].astype(np.int64) % (WORD_BYTES * BANKS)) != 0]] = True
+    # groups of one instruction in one epoch do not overlap (a run split elsewhere in another lane)
+    bad_trio = np.zeros(trio_id[-1] + 1, bool)
+    starts = np.flatnonzero(~same_group)
+    ends = f[starts] + tk[starts]
+    overlap = same_trio[starts[1:]] & (f[starts[1:]] < ends[:-1])
+    bad_trio[trio_id[starts[1:]][overlap]] = True
+    ok = ~bad_group[group] & ~bad_trio[trio_id] & (tk > 1)
+    weight = np.ones(n, np.int64)
+    weight[order[ok]] = tk[ok]
+    return weight
+
+
 def shared_sites(t: Trace, launch: int = 0, per_lane_site: int | None = None) -> list[SiteBanks]:
     """Every shared-memory source line and kind of the traced CTA (loads, stores, ldmatrix, cp.async
     destinations; not WMMA's fragments, whose layout is the runtime's and not the GPU's), as
@@ -217,7 +251,10 @@ def shared_sites(t: Trace, launch: int = 0, per_lane_site: int | None = None) ->
     runs = np.stack([ev["site"], ev["warp"], ev["epoch"], first, phase, ev["offset"].astype(np.int64),
                      ev["stride"], take, ev["bytes"]]).astype(np.int64)
     _, one = np.unique(runs, axis=1, return_index=True)
-    a = _expand(ev[one], first[one], take[one], arg=phase[one])
+    ev, first, take, phase = ev[one], first[one], take[one], phase[one]
+    weight = _collapsible(ev, first, take)  # requests each expanded access stands for
+    a = _expand(ev, first, np.where(weight > 1, 1, take), arg=phase)
+    weight = np.repeat(weight, np.where(weight > 1, 1, take))
     phase = a.arg
     # one 64-bit code per (instruction, warp, epoch, request, phase) and then per word: a chapter-1
     # CTA touches millions of words, and one sort of integers is what makes that quick
@@ -237,18 +274,23 @@ def shared_sites(t: Trace, launch: int = 0, per_lane_site: int | None = None) ->
     phase_bank, bank_words = _distinct(words // word_radix * BANKS + words % word_radix % BANKS)
     phases, phase_start = _distinct(phase_bank // BANKS, starts=True)
     wavefronts = np.maximum.reduceat(bank_words, phase_start)
+    # each phase's weight (the requests it stands for), and each (phase, bank)'s
+    known, at = np.unique(phase_code, return_index=True)
+    phase_weight = weight[at][np.searchsorted(known, phases)]
+    pb_weight = phase_weight[np.searchsorted(phases, phase_bank // BANKS)]
     request_of_phase = phases // radix[-1]
     site_of_phase = request_of_phase // (radix[1] * radix[2] * radix[3])
     site_of_pb = phase_bank // BANKS // int(np.prod(radix[1:]))
     bank_of_pb = phase_bank % BANKS
     words_at = np.zeros((len(places), BANKS))
     busy_at = np.zeros((len(places), BANKS))
-    np.add.at(words_at, (group[site_of_pb], bank_of_pb), bank_words)
-    np.add.at(busy_at, (group[site_of_pb], bank_of_pb), 1)
-    wavefronts_at = np.bincount(group[site_of_phase], weights=wavefronts, minlength=len(places))
-    ideal_at = np.bincount(group[site_of_phase], minlength=len(places))
-    requests, _ = _distinct(request_of_phase)
-    requests_at = np.bincount(group[requests // (radix[1] * radix[2] * radix[3])], minlength=len(places))
+    np.add.at(words_at, (group[site_of_pb], bank_of_pb), bank_words * pb_weight)
+    np.add.at(busy_at, (group[site_of_pb], bank_of_pb), pb_weight)
+    wavefronts_at = np.bincount(group[site_of_phase], weights=wavefronts * phase_weight, minlength=len(places))
+    ideal_at = np.bincount(group[site_of_phase], weights=phase_weight, minlength=len(places)).astype(np.int64)
+    requests, first_phase = _distinct(request_of_phase, starts=True)
+    requests_at = np.bincount(group[requests // (radix[1] * radix[2] * radix[3])], weights=phase_weight[first_phase],
+                              minlength=len(places)).astype(np.int64)
     out = [(first_seq[g], SiteBanks(where, kind, np.divide(words_at[g], busy_at[g], out=np.zeros(BANKS),
                                                                 where=busy_at[g] > 0),
                                     int(wavefronts_at[g]), int(ideal_at[g]), int(requests_at[g])))
