@@ -14,17 +14,24 @@
 
 namespace attn_cpu {
 
+// The wavefronts of one phase: the most distinct 4-byte words any bank must serve. A phase holds
+// at most 32 words (32 lanes of 4 bytes, 16 of 8 or 8 of 16), so a bank's words fit in 32 slots;
+// each word is looked up among its bank's, which is quicker than sorting them all.
 unsigned wavefronts_for(const uint32_t* offsets, int n, unsigned size) {
-    uint32_t words[32 * 4];
-    int count = 0;
+    uint32_t words[32][32];
+    uint8_t count[32] = {};
+    unsigned most = 1;
     for (int i = 0; i < n; ++i)
-        for (unsigned b = 0; b < (size + 3) / 4; ++b) words[count++] = offsets[i] / 4 + b;
-    std::sort(words, words + count);
-    count = (int)(std::unique(words, words + count) - words);
-    int per_bank[32] = {};
-    int most = 0;
-    for (int i = 0; i < count; ++i) most = std::max(most, ++per_bank[words[i] % 32]);
-    return (unsigned)std::max(most, 1);
+        for (unsigned b = 0; b < (size + 3) / 4; ++b) {
+            const uint32_t w = offsets[i] / 4 + b;
+            const unsigned bank = w % 32;
+            bool seen = false;
+            for (unsigned k = 0; k < count[bank] && !seen; ++k) seen = words[bank][k] == w;
+            if (seen) continue;
+            if (count[bank] < 32) words[bank][count[bank]++] = w;
+            most = std::max(most, (unsigned)count[bank]);
+        }
+    return most;
 }
 
 // Appends an access to the lane's log, extending one of its latest runs at the same instruction

@@ -172,8 +172,16 @@ void instrument_block_begin() {
     }
 }
 
+// One lane's load or store (global or shared memory): the commonest count by far, so it touches
+// only the fields it changes (add() updates all five of a site at once, and the next access to
+// the same site then waits on those stores). A shared access adds to its block only per request.
 void count_lane(int kind, void* pc, unsigned bytes) {
-    if (counting()) add(kind, pc, 1, 0, bytes, 0, 0);
+    if (!counting()) return;
+    Site& s = sites[site_index(kind, pc)];
+    s.lanes += 1;
+    s.bytes += bytes;
+    if (kind == K_GLOBAL_LD) block().global_read += bytes;
+    else if (kind == K_GLOBAL_ST) block().global_write += bytes;
 }
 
 void count_request(int kind, void* pc, unsigned units, unsigned ideal) {
