@@ -21,6 +21,7 @@ def _trace(ctas: int, shape=Shape(1, 1, 64, 64), sectors_per_byte: float = 1 / 3
     for name, value in per_cta.items():
         blocks[:, BLOCK_FIELDS.index(name)] = value
     moved = int(blocks[:, 0].sum() + blocks[:, 1].sum())
+    blocks[:, BLOCK_FIELDS.index("global_sectors")] = (blocks[:, 0] + blocks[:, 1]) * sectors_per_byte
     sites = [SiteCount("k.cu:1", "global load", 0, 1, moved, int(moved * sectors_per_byte), int(moved / 32))]
     launch = LaunchCounts("k", (ctas, 1, 1), (128, 1, 1), sites, blocks, [(4096, 1024)], np.zeros(0, EVENT_DTYPE))
     return Trace("planted", shape, False, None, [launch])

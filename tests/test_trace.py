@@ -71,6 +71,7 @@ def test_per_cta_counts_add_up_and_do_not_depend_on_the_schedule():
     b = trace("02_block_tiling", shape, True, seed=5, cache=False)
     assert a.totals() == b.totals()
     assert a.per_cta("global_read").sum() == a.totals()["global_read"]
+    assert a.per_cta("global_sectors").sum() == a.totals()["global_sectors"]  # per CTA, as per site
     assert len(a.per_cta("exps")) == _ctas(a)
     # causal: the CTA of the later rows sees more keys, so it computes more exponentials
     assert a.per_cta("exps")[1] > a.per_cta("exps")[0]

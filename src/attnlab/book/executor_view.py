@@ -887,9 +887,9 @@ def glue_counts(prefix: str, t: Trace) -> dict[str, int]:
     from .page import glue
 
     if t is None:  # not counted on this machine: the prose's numbers say so
-        for key in (*BLOCK_FIELDS, "global_distinct_read", "global_distinct_write", "global_requests",
-                    "global_sectors", "global_excess_sectors", "shared_excess_wavefronts", "tensor_instructions",
-                    "ctas", "reread", "exps_per_score"):
+        for key in dict.fromkeys((*BLOCK_FIELDS, "global_distinct_read", "global_distinct_write", "global_requests",
+                                  "global_sectors", "global_excess_sectors", "shared_excess_wavefronts",
+                                  "tensor_instructions", "ctas", "reread", "exps_per_score")):
             glue(f"{prefix}_{key}", "(not counted)")
         return {}
     tot = t.totals()

@@ -24,7 +24,7 @@ EVENT_KINDS = ("access", "ldmatrix", "mma.sync", "wmma load", "wmma store", "wmm
                "cp.async", "commit", "wait_group", "bar.sync", "bar.arrive", "exit")
 # instrument.cpp BlockCounts, in order.
 BLOCK_FIELDS = ("global_read", "global_write", "shared_requests", "shared_wavefronts", "shared_ideal",
-                "tensor_flops", "exps", "barriers", "shuffles", "cp_async_bytes")
+                "tensor_flops", "exps", "barriers", "shuffles", "cp_async_bytes", "global_sectors")
 # instrument.cpp Event (48 bytes). buffer: -1 shared memory, -2 none, else a global buffer's index.
 # An access event is `count` accesses of `bytes` each at offset, offset + stride, ...; `epoch`
 # numbers its warp's meetings: the k-th accesses of the lanes at one site in one epoch are one request.

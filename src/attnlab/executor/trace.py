@@ -26,7 +26,7 @@ from ..kernels.registry import KernelSpec
 from ..shapes import MISSION, Shape
 from .counts import BLOCK_FIELDS, EVENT_DTYPE, UNIT_OF, LaunchCounts, SiteCount
 
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 MMA_FLOPS = 2 * 16 * 8 * 16  # one mma.sync.m16n8k16: the unit tensor-core work is counted in
 
 # The counts a trace totals, in the order they are shown: key, what it counts, unit.

@@ -155,16 +155,14 @@ def per_cta_seconds(t: Trace, gpu: GpuSpec, resident: int, dot_products: bool = 
     warp instructions per CTA where known; `cuda`, _cuda_core_rate_and_flops if already worked out)."""
     rates = ARCH_RATES[gpu.arch]
     hz = clock_ghz(gpu) * 1e9
-    totals = t.totals()
     fma_rate, cuda_flops = cuda or _cuda_core_rate_and_flops(t, gpu, resident, dot_products)
     exps = t.per_cta("exps").astype(float)
-    sector_bytes = totals["global_sectors"] * 32 / max(totals["global_read"] + totals["global_write"], 1)
     issue = {} if issued is None else {"instruction issue": issued / (SCHEDULERS_PER_SM * hz)}
     return {
         "tensor cores": t.per_cta("tensor_flops") / (rates["tensor_flops"] * hz),
         "fp32 FMA": (exps / max(exps.sum(), 1) * cuda_flops / 2) / (fma_rate * hz),
         "shared memory": t.per_cta("shared_wavefronts") / hz,  # one wavefront per clock
-        "L2 to SM": (t.per_cta("global_read") + t.per_cta("global_write")) * sector_bytes / (L2_BYTES_PER_CLOCK_SM * hz),
+        "L2 to SM": t.per_cta("global_sectors") * 32 / (L2_BYTES_PER_CLOCK_SM * hz),
         "exponentials": exps / (rates["exp"] * hz),
         "shuffles": t.per_cta("shuffles") * 32 / (rates["shuffle_lanes"] * hz),
         **issue,

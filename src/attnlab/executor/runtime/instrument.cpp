@@ -5,7 +5,8 @@
 //           the units a GPU serves a request in (shared memory: wavefronts; global memory: 32-byte
 //           sectors) next to the fewest it could take (ideal);
 //   blocks  per block (CTA) of the grid: global bytes read and written, shared-memory requests
-//           and wavefronts, tensor-core FLOPs, exponentials, barriers, shuffles, cp.async bytes;
+//           and wavefronts, tensor-core FLOPs, exponentials, barriers, shuffles, cp.async bytes,
+//           and the 32-byte sectors of its global requests;
 //   bytes   per global buffer, the distinct bytes read and written: what DRAM must deliver at
 //           least, where the sum over sites is what the blocks asked L2 for;
 //   trace   every event of one chosen block, in the order the executor ran them (one thread's
@@ -35,7 +36,7 @@ struct Site {
 // Per block; the order is the C API's (attn_cpu_block_counts).
 struct BlockCounts {
     long long global_read, global_write, shared_requests, shared_wavefronts, shared_ideal, tensor_flops, exps,
-        barriers, shuffles, cp_async_bytes;
+        barriers, shuffles, cp_async_bytes, global_sectors;
 };
 constexpr int BLOCK_FIELDS = sizeof(BlockCounts) / sizeof(long long);
 
@@ -110,8 +111,8 @@ void add(int kind, void* pc, long long lanes, long long requests, long long byte
     s.ideal += ideal;
     BlockCounts& b = block();
     switch (kind) {
-        case K_GLOBAL_LD: b.global_read += bytes; break;
-        case K_GLOBAL_ST: b.global_write += bytes; break;
+        case K_GLOBAL_LD: b.global_read += bytes; b.global_sectors += units; break;
+        case K_GLOBAL_ST: b.global_write += bytes; b.global_sectors += units; break;
         case K_SHARED_LD:
         case K_SHARED_ST:
         case K_LDMATRIX:
