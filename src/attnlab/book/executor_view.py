@@ -190,17 +190,21 @@ def _distinct(codes: np.ndarray, starts: bool = False) -> tuple[np.ndarray, np.n
     return s[first], begin if starts else np.diff(np.append(begin, len(s)))
 
 
-def _collapsible(ev, first, take) -> np.ndarray:
-    """Per run, how many requests its first access may stand for (1: expand it). A run whose
-    stride is a multiple of 128 bytes (32 banks of 4 bytes) meets the same banks at every step, and
-    so does every request it takes part in if every run of those requests is such a run over the
-    same occurrences: chapter 1's lanes each walk a column of their own, 64 rows 256 bytes apart."""
+def _collapsible(ev, first, take) -> tuple[np.ndarray, np.ndarray]:
+    """Per run, (how many requests its first access may stand for, the banks its words move by
+    from one of those requests to the next); 1 request: expand the run. When every run of a set of
+    requests has the same stride, a multiple of 4 bytes, and covers the same occurrences, request k
+    is request 0 with every word moved by k strides: the same conflicts, its banks rotated by
+    k x stride / 4 modulo 32. Chapter 1's lanes each walk a column of their own, 64 rows 256 bytes
+    apart (no rotation); chapter 2's walk a padded tile, 260 bytes apart (one bank per row)."""
     n = len(ev)
+    weight, step = np.ones(n, np.int64), np.zeros(n, np.int64)
     if not n:
-        return np.ones(0, np.int64)
+        return weight, step
     trio = np.stack([ev["site"], ev["warp"], ev["epoch"]]).astype(np.int64)
     order = np.lexsort((first, trio[2], trio[1], trio[0]))
     t3, f, tk = trio[:, order], first[order], take[order]
+    stride = ev["stride"][order].astype(np.int64)
     same_trio = np.ones(n, bool)
     same_trio[1:] = np.all(t3[:, 1:] == t3[:, :-1], axis=0)
     same_trio[0] = False
@@ -209,9 +213,9 @@ def _collapsible(ev, first, take) -> np.ndarray:
     group = np.cumsum(~same_group) - 1
     trio_id = np.cumsum(~same_trio) - 1
     bad_group = np.zeros(group[-1] + 1, bool)
-    # a group's runs cover the same occurrences, at a bank-invariant stride
-    bad_group[group[1:][same_group[1:] & (tk[1:] != tk[:-1])]] = True
-    bad_group[group[(ev["stride"][order].astype(np.int64) % (WORD_BYTES * BANKS)) != 0]] = True
+    # a group's runs cover the same occurrences at one stride, a whole number of words
+    bad_group[group[1:][same_group[1:] & ((tk[1:] != tk[:-1]) | (stride[1:] != stride[:-1]))]] = True
+    bad_group[group[stride % WORD_BYTES != 0]] = True
     # groups of one instruction in one epoch do not overlap (a run split elsewhere in another lane)
     bad_trio = np.zeros(trio_id[-1] + 1, bool)
     starts = np.flatnonzero(~same_group)
@@ -219,9 +223,15 @@ def _collapsible(ev, first, take) -> np.ndarray:
     overlap = same_trio[starts[1:]] & (f[starts[1:]] < ends[:-1])
     bad_trio[trio_id[starts[1:]][overlap]] = True
     ok = ~bad_group[group] & ~bad_trio[trio_id] & (tk > 1)
-    weight = np.ones(n, np.int64)
     weight[order[ok]] = tk[ok]
-    return weight
+    step[order[ok]] = stride[ok] // WORD_BYTES % BANKS
+    return weight, step
+
+
+def _rotations(weight: int, step: int) -> np.ndarray:
+    """How many of `weight` requests, k = 0, 1, ..., have their banks rotated by each of 0..31:
+    k x step modulo 32."""
+    return np.bincount(np.arange(weight) * step % BANKS, minlength=BANKS)
 
 
 def shared_sites(t: Trace, launch: int = 0, per_lane_site: int | None = None) -> list[SiteBanks]:
@@ -252,9 +262,10 @@ def shared_sites(t: Trace, launch: int = 0, per_lane_site: int | None = None) ->
                      ev["stride"], take, ev["bytes"]]).astype(np.int64)
     _, one = np.unique(runs, axis=1, return_index=True)
     ev, first, take, phase = ev[one], first[one], take[one], phase[one]
-    weight = _collapsible(ev, first, take)  # requests each expanded access stands for
-    a = _expand(ev, first, np.where(weight > 1, 1, take), arg=phase)
-    weight = np.repeat(weight, np.where(weight > 1, 1, take))
+    weight, step = _collapsible(ev, first, take)  # requests each expanded access stands for
+    expanded = np.where(weight > 1, 1, take)
+    a = _expand(ev, first, expanded, arg=phase)
+    weight, step = np.repeat(weight, expanded), np.repeat(step, expanded)
     phase = a.arg
     # one 64-bit code per (instruction, warp, epoch, request, phase) and then per word: a chapter-1
     # CTA touches millions of words, and one sort of integers is what makes that quick
@@ -277,15 +288,22 @@ def shared_sites(t: Trace, launch: int = 0, per_lane_site: int | None = None) ->
     # each phase's weight (the requests it stands for), and each (phase, bank)'s
     known, at = np.unique(phase_code, return_index=True)
     phase_weight = weight[at][np.searchsorted(known, phases)]
-    pb_weight = phase_weight[np.searchsorted(phases, phase_bank // BANKS)]
+    pb_of_phase = np.searchsorted(phases, phase_bank // BANKS)
+    pb_weight, pb_step = phase_weight[pb_of_phase], step[at][np.searchsorted(known, phases)][pb_of_phase]
     request_of_phase = phases // radix[-1]
     site_of_phase = request_of_phase // (radix[1] * radix[2] * radix[3])
     site_of_pb = phase_bank // BANKS // int(np.prod(radix[1:]))
     bank_of_pb = phase_bank % BANKS
     words_at = np.zeros((len(places), BANKS))
     busy_at = np.zeros((len(places), BANKS))
-    np.add.at(words_at, (group[site_of_pb], bank_of_pb), bank_words * pb_weight)
-    np.add.at(busy_at, (group[site_of_pb], bank_of_pb), pb_weight)
+    # a (phase, bank) that stands for several requests adds to its bank rotated as each of them
+    for w, st in set(zip(pb_weight.tolist(), pb_step.tolist())):
+        rows = (pb_weight == w) & (pb_step == st)
+        for shift, times in enumerate(_rotations(w, st)):
+            if times:
+                banks_now = (bank_of_pb[rows] + shift) % BANKS
+                np.add.at(words_at, (group[site_of_pb[rows]], banks_now), bank_words[rows] * times)
+                np.add.at(busy_at, (group[site_of_pb[rows]], banks_now), times)
     wavefronts_at = np.bincount(group[site_of_phase], weights=wavefronts * phase_weight, minlength=len(places))
     ideal_at = np.bincount(group[site_of_phase], weights=phase_weight, minlength=len(places)).astype(np.int64)
     requests, first_phase = _distinct(request_of_phase, starts=True)
