@@ -95,20 +95,20 @@ static void to_scheduler() {
 static void fiber_entry() {
     g_thunk(g_args);
     Thread& t = *g.cur;
-    t.run = Run::Exited;
+    set_run(t, Run::Exited);
     on_thread_exit(t);
     to_scheduler();
     __builtin_trap();  // an exited fiber is never resumed
 }
 
 void make_ready(Thread& t) {
-    t.run = Run::Ready;
+    set_run(t, Run::Ready);
     t.wait = WaitOn::Nothing;
 }
 
 void block_current(WaitOn why, void* pc) {
     Thread& t = *g.cur;
-    t.run = Run::Blocked;
+    set_run(t, Run::Blocked);
     t.wait = why;
     t.wait_pc = pc;
     to_scheduler();
@@ -121,13 +121,7 @@ void abort_launch() {
 }
 
 // ---- scheduling -------------------------------------------------------------------------------
-static unsigned ready_lanes(int w) {
-    unsigned m = 0;
-    const int base = w * WARP;
-    for (int l = 0; l < WARP && base + l < g.nthreads; ++l)
-        if (g.threads[base + l].run == Run::Ready) m |= 1u << l;
-    return m;
-}
+static unsigned ready_lanes(int w) { return g.warps[w].ready; }
 
 static int pick_bit(unsigned m) {  // a random set bit of m (m != 0)
     const int n = __builtin_popcount(m);
@@ -204,6 +198,7 @@ void run_block() {
         const int lanes = n - w * WARP >= WARP ? WARP : n - w * WARP;
         g.warps[w] = Warp{};
         g.warps[w].lanes = lanes == WARP ? 0xffffffffu : (1u << lanes) - 1;
+        g.warps[w].ready = g.warps[w].lanes;  // every thread starts Ready
     }
     g.exited_threads = 0;
     barriers_reset();

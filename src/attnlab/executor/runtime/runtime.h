@@ -133,6 +133,7 @@ struct Warp {
     unsigned mask = 0;
     void* pc = nullptr;
     unsigned epoch = 0;      // times its request log was grouped (banks.cpp): the trace's epochs
+    unsigned ready = 0;      // lanes whose thread is Ready (set_run keeps it): the scheduler's pick
 };
 
 struct Barrier {
@@ -192,6 +193,14 @@ struct State {
     BankCounter banks[3];  // 0 ldmatrix, 1 cp.async, 2 ordinary loads and stores
 };
 extern State g;
+
+// A thread's run state, and its warp's mask of Ready lanes with it (the scheduler reads the mask
+// rather than the 32 threads at every switch).
+inline void set_run(Thread& t, Run r) {
+    t.run = r;
+    if (r == Run::Ready) g.warps[t.warp].ready |= 1u << t.lane;
+    else g.warps[t.warp].ready &= ~(1u << t.lane);
+}
 
 // fiber.cpp
 void run_block();

@@ -133,7 +133,7 @@ static void arrive(int id, int count, bool sync, void* pc) {
     count_site(sync ? K_BAR_SYNC : K_BAR_ARRIVE, pc, 1, 0, 0);
     trace_event(t, sync ? E_BAR_SYNC : E_BAR_ARRIVE, pc, 0, 0, id);
     ++t.step;
-    t.run = Run::Blocked;
+    set_run(t, Run::Blocked);
     t.wait = WaitOn::Barrier;
     t.wait_barrier = id;
     t.wait_is_sync = sync;

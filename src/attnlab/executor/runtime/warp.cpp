@@ -257,7 +257,7 @@ void rendezvous(int kind, unsigned mask, void* pc) {
         abort_launch();
     }
     w.arrived |= 1u << t.lane;
-    t.run = Run::Blocked;
+    set_run(t, Run::Blocked);
     t.wait = WaitOn::Collective;
     t.wait_pc = pc;
     if (g.options & (OPT_BANKS | OPT_COUNT)) flush_bank_log(t.warp);
