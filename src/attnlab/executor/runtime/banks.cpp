@@ -60,6 +60,11 @@ static void log_access(Thread& t, void* pc, uint64_t offset, unsigned size, uint
     t.log_recent[t.log_recent_next++ % Thread::LOG_RECENT] = (uint32_t)t.log.size();
 }
 
+void clear_log(Thread& t) {
+    t.log.clear();
+    for (uint32_t& i : t.log_recent) i = 0;  // its indices point into the log
+}
+
 void log_shared_access(Thread& t, uint32_t offset, unsigned size, int kind, void* pc, bool write) {
     log_access(t, pc, offset, size, (uint8_t)kind, write);
 }
@@ -136,15 +141,13 @@ static void count_group(const Request& r) {
 void flush_bank_log(int warp) {
     const int base = warp * WARP;
     const int lanes = std::min(WARP, g.nthreads - base);
-    for (int l = 0; l < lanes; ++l)
-        if (g.threads[base + l].run == Run::Ready) return;  // a lane is still on its way
+    if (g.warps[warp].ready) return;  // a lane is still on its way
     // Bucket every run by its instruction and kind (a cp.async reads global and writes shared at
     // one site), keeping each lane's runs in order; then the k-th access of every lane in a bucket
     // is one request, as lanes running in lock-step would issue it. A warp-epoch touches few
     // sites, so a linear search finds a bucket quicker than hashing.
     struct Bucket {
-        uintptr_t key;
-        std::vector<const LoggedAccess*> runs[WARP];
+        std::vector<const LoggedAccess*> runs[WARP];  // each lane's runs at the bucket's key, in order
     };
     static std::vector<Bucket> buckets;  // kept between flushes, so that their vectors keep their room
     static std::vector<uintptr_t> keys;
@@ -159,7 +162,6 @@ void flush_bank_log(int warp) {
                 if (b == (int)keys.size()) {
                     keys.push_back(key);
                     if ((int)buckets.size() < b + 1) buckets.emplace_back();
-                    buckets[b].key = key;
                     for (auto& v : buckets[b].runs) v.clear();
                 }
                 last_key = key;
@@ -194,11 +196,7 @@ void flush_bank_log(int warp) {
             count_group(r);
         }
     }
-    for (int l = 0; l < lanes; ++l) {
-        Thread& t = g.threads[base + l];
-        t.log.clear();
-        for (uint32_t& i : t.log_recent) i = 0;
-    }
+    for (int l = 0; l < lanes; ++l) clear_log(g.threads[base + l]);
     ++g.warps[warp].epoch;
 }
 

@@ -179,8 +179,7 @@ void run_block() {
         t.coll = CollArgs{};
         t.copies.clear();
         t.next_group = 0;
-        t.log.clear();
-        for (uint32_t& i : t.log_recent) i = 0;
+        clear_log(t);
         uint8_t* top = g.stacks + (size_t)(i + 1) * STACK_BYTES;
 #if defined(__x86_64__)
         t.sp = initial_stack(top);

@@ -225,6 +225,7 @@ void async_land_shadow(Thread& t, unsigned offset, void* pc);
 void log_shared_access(Thread& t, uint32_t offset, unsigned size, int kind, void* pc, bool write = false);
 void log_global_access(Thread& t, uint64_t address, unsigned size, bool write, void* pc);
 void flush_bank_log(int warp);
+void clear_log(Thread& t);  // empty a lane's log, and its index of latest runs with it
 unsigned wavefronts_for(const uint32_t* offsets, int n, unsigned size);
 
 // sync.cpp
