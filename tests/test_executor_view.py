@@ -12,6 +12,7 @@ import pytest
 from attnlab.book import banks, executor_view, swizzle
 from attnlab.executor.counts import EVENT_KINDS
 from attnlab.executor.trace import trace
+from attnlab.model.bounds import gemm_operands
 from attnlab.shapes import Shape
 
 SMALL = Shape(1, 1, 256, 64)
@@ -181,8 +182,8 @@ def test_score_traffic_is_the_score_matrix_each_way():
     assert fused["Q"]["asked_read"] == fused["Q"]["distinct_read"] == 2 * B * H * L * D
     assert fused["K"]["asked_read"] == fused["V"]["asked_read"] == ctas // (B * H) * 2 * B * H * L * D
     assert fused["O"]["distinct_write"] == 2 * B * H * L * D
-    gemms = executor_view.gemm_bytes(SMALL)
-    assert sum(n for _, _, n, _ in gemms) == 4 * 2 * B * H * L * L // 2 + 4 * 2 * B * H * L * D
+    gemms = gemm_operands(SMALL)
+    assert sum(n for _, _, n in gemms) == 4 * 2 * B * H * L * L // 2 + 4 * 2 * B * H * L * D
     planted = copy.deepcopy(trace("04_cublas_hybrid", SMALL))
     planted.launches[0].distinct = [(1, 1)]
     f = trace("03_warp_rows_4w", SMALL)

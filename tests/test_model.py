@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from attnlab.executor.counts import BLOCK_FIELDS, EVENT_DTYPE, LaunchCounts, SiteCount
-from attnlab.executor.trace import Trace
+from attnlab.executor.trace import MMA_FLOPS, Trace
 from attnlab.gpus import by_key
 from attnlab.model import bounds
 from attnlab.shapes import MISSION, Shape
@@ -100,7 +100,7 @@ def test_issue_bound_is_loop_instructions_times_trips_over_four_schedulers():
     from attnlab.model import issue
 
     loop = issue.LoopShape("k", L4.arch, "HMMA", 64, 500, 300)
-    t = _trace(L4.sms, tensor_flops=2048 * issue.HMMA_FLOPS)
+    t = _trace(L4.sms, tensor_flops=2048 * MMA_FLOPS)
     issued = issue.warp_instructions(loop, t.per_cta("tensor_flops"), t.per_cta("exps"), warps=4)
     assert issued == pytest.approx(np.full(L4.sms, 500 * 32 + 300 * 4))
     hz = bounds.clock_ghz(L4) * 1e9
@@ -136,5 +136,5 @@ def test_issue_of_the_last_chapter_reads_its_key_tile_loop_from_the_sass():
     assert loop.inside > 64 and loop.outside > 0
     p = bounds.predict("07_mma", MISSION, False, "L4")
     b = next(b for b in p.bounds if b.resource == "instruction issue")
-    trips = 2 * 8 * 512 * 512 * 64 * 2 / issue.HMMA_FLOPS / 64  # every CTA's HMMA over 64 per trip
+    trips = 2 * 8 * 512 * 512 * 64 * 2 / MMA_FLOPS / 64  # every CTA's HMMA over 64 per trip
     assert b.given and f"{int(round(loop.inside * trips + loop.outside * 4 * 64)):,} warp instructions" in b.work

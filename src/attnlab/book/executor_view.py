@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..executor.counts import BLOCK_FIELDS, EVENT_KINDS
+from ..executor.counts import BLOCK_FIELDS, EVENT_KINDS, WARP_EVENT_LANE
 from ..executor.trace import Trace, ideal_counts, short_places, trace
 from ..shapes import MISSION, Shape
 from .banks import BANKS, WORD_BYTES, WarpAccess, warp_access
@@ -548,16 +548,6 @@ def bytes_by_buffer(t: Trace, launch: int = 0) -> dict[str, dict[str, int]]:
     return out
 
 
-def gemm_bytes(shape: Shape) -> list[tuple[str, str, int, bool]]:
-    """Chapter 4's two GEMMs, which the executor does not run (torch's matmul, cuBLAS on a GPU):
-    (step, tensor, bytes, written) for each operand moved once, fp16, the least any GEMM moves."""
-    B, H, L, D = shape
-    qkvo, s = 2 * B * H * L * D, 2 * B * H * L * L
-    return [("GEMM S = Q K^T", "Q", qkvo, False), ("GEMM S = Q K^T", "K", qkvo, False),
-            ("GEMM S = Q K^T", "S", s, True),
-            ("GEMM O = P V", "P", s, False), ("GEMM O = P V", "V", qkvo, False), ("GEMM O = P V", "O", qkvo, True)]
-
-
 TENSOR_COLORS = {"Q": 0, "K": 1, "V": 2, "O": 3, "S": 4, "P": 5, "other": 7}
 
 
@@ -572,13 +562,15 @@ def score_traffic_figure(fused: Trace, hybrid: Trace, lengths=(256, 512, 1024, 2
         return None
     import matplotlib.pyplot as plt
 
+    from ..model.bounds import gemm_operands
+
     colors = plt.get_cmap("tab10").colors
     fig, axes = plt.subplots(1, 3, figsize=(FIGURE_WIDTH, 3.2), gridspec_kw={"width_ratios": [1, 1, 0.85]})
     mib = 1 / 2**20
-    rows = [(f"{fused.kernel}\n(fused)", [(n, v, False) for n, v in bytes_by_buffer(fused).items()], []),
+    rows = [(f"{fused.kernel}\n(fused)", list(bytes_by_buffer(fused).items()), []),
             (f"{hybrid.kernel}\n(softmax + GEMMs)",
-             [(n if n != "S" else "S, then P over it", v, False) for n, v in bytes_by_buffer(hybrid).items()],
-             gemm_bytes(hybrid.shape))]
+             [(n if n != "S" else "S, then P over it", v) for n, v in bytes_by_buffer(hybrid).items()],
+             gemm_operands(hybrid.shape))]
     seen = set()
     for ax, kind, what in ((axes[0], "distinct", "distinct bytes (the least DRAM moves)"),
                            (axes[1], "asked", "bytes the CTAs asked L2 for")):
@@ -587,7 +579,7 @@ def score_traffic_figure(fused: Trace, hybrid: Trace, lengths=(256, 512, 1024, 2
 
             def computed(step_prefix):
                 nonlocal left
-                for step, tensor, nbytes, _ in gemms:
+                for step, tensor, nbytes in gemms:
                     if not step.startswith(step_prefix):
                         continue
                     lbl = "GEMM operands (computed, not executed)" if "gemm" not in seen else None
@@ -597,7 +589,7 @@ def score_traffic_figure(fused: Trace, hybrid: Trace, lengths=(256, 512, 1024, 2
                     left += nbytes * mib
 
             computed("GEMM S")  # in the order the hybrid runs: S = Q K^T, the softmax, O = P V
-            for name, v, _ in measured:
+            for name, v in measured:
                 for rw in ("read", "write"):
                     width = v[f"{kind}_{rw}"] * mib
                     if not width:
@@ -759,6 +751,18 @@ def stage_regions(t: Trace, launch: int = 0) -> list[tuple[int, int]]:
     return sorted(regions)
 
 
+def _stage_of(regions: list[tuple[int, int]], offsets) -> np.ndarray:
+    """The ring stage (index into stage_regions) each shared offset falls in, -1 for none."""
+    offsets = np.asarray(offsets, np.int64)
+    if not regions:
+        return np.full(offsets.shape, -1)
+    lo = np.array([r[0] for r in regions])
+    hi = np.array([r[1] for r in regions])
+    idx = np.searchsorted(lo, offsets, side="right") - 1
+    ok = (idx >= 0) & (offsets < hi[np.maximum(idx, 0)])
+    return np.where(ok, idx, -1)
+
+
 def pipeline_events(t: Trace, launch: int = 0) -> dict[tuple[int, int], tuple[set, set]]:
     """(warp, step) -> (stages it issued cp.async copies into, stages it read from shared memory):
     reads are ldmatrix rows, shared loads and WMMA fragment loads whose bytes fall in a stage."""
@@ -766,22 +770,15 @@ def pipeline_events(t: Trace, launch: int = 0) -> dict[tuple[int, int], tuple[se
     ev = t.launches[launch].events
     if not regions:
         return {}
-    lo = np.array([r[0] for r in regions])
-    hi = np.array([r[1] for r in regions])
-
-    def stage_of(offsets):
-        idx = np.searchsorted(lo, offsets, side="right") - 1
-        ok = (idx >= 0) & (offsets < hi[np.maximum(idx, 0)])
-        return np.where(ok, idx, -1)
 
     out: dict[tuple[int, int], tuple[set, set]] = {}
     cp = ev[ev["kind"] == EVENT_KINDS.index("cp.async")]
-    for w, s, st in zip(cp["warp"], cp["step"], stage_of(cp["offset"].astype(np.int64))):
+    for w, s, st in zip(cp["warp"], cp["step"], _stage_of(regions, cp["offset"])):
         if st >= 0:
             out.setdefault((int(w), int(s)), (set(), set()))[0].add(int(st))
     reads = ev[(ev["buffer"] == -1) & (ev["write"] == 0) &
                np.isin(ev["kind"], [EVENT_KINDS.index("access"), EVENT_KINDS.index("ldmatrix")])]
-    for w, s, st in zip(reads["warp"], reads["step"], stage_of(reads["offset"].astype(np.int64))):
+    for w, s, st in zip(reads["warp"], reads["step"], _stage_of(regions, reads["offset"])):
         if st >= 0:
             out.setdefault((int(w), int(s)), (set(), set()))[1].add(int(st))
     return out
@@ -795,24 +792,18 @@ def ring_ops(t: Trace, warp: int, launch: int = 0) -> list[tuple]:
     regions = stage_regions(t, launch)
     ev = t.launches[launch].events
     ev = ev[ev["warp"] == warp]
-    lane = int(ev["lane"][ev["lane"] != 255].min())
-    lo = np.array([r[0] for r in regions])
-    hi = np.array([r[1] for r in regions])
-
-    def stage(offset: int) -> int:
-        i = int(np.searchsorted(lo, offset, side="right")) - 1
-        return i if i >= 0 and offset < hi[i] else -1
-
+    lane = int(ev["lane"][ev["lane"] != WARP_EVENT_LANE].min())
     reads: dict[int, set] = {}
-    for e in ev[(ev["buffer"] == -1) & (ev["write"] == 0) & (ev["kind"] == EVENT_KINDS.index("access"))]:
-        if (st := stage(int(e["offset"]))) >= 0:
-            reads.setdefault(int(e["step"]), set()).add(st)
+    loads = ev[(ev["buffer"] == -1) & (ev["write"] == 0) & (ev["kind"] == EVENT_KINDS.index("access"))]
+    for step, st in zip(loads["step"].tolist(), _stage_of(regions, loads["offset"]).tolist()):
+        if st >= 0:
+            reads.setdefault(step, set()).add(st)
     out: list[tuple] = []
     names = {"bar.sync": "sync", "bar.arrive": "arrive", "wait_group": "wait", "commit": "commit"}
     for e in ev[ev["lane"] == lane]:
         kind = EVENT_KINDS[e["kind"]]
         if kind == "cp.async":
-            op = ("copy", stage(int(e["offset"])), int(e["arg"]))
+            op = ("copy", int(_stage_of(regions, e["offset"])), int(e["arg"]))
             if not out or out[-1] != op:
                 out.append(op)
         elif kind in names:

@@ -204,16 +204,14 @@ def _merge_shares(shares: list[LaunchCounts]) -> LaunchCounts:
 
 
 def _run_sharded(spec: KernelSpec, label: str, shape: Shape, causal: bool, cta: int | None, seed: int,
-                 sms: int | None, q, k, v, jobs: int):
-    """(completed, findings, LaunchCounts) of a one-launch kernel's counted run, its grid split
-    among `jobs` forked processes: every block runs exactly once and counts the same wherever it
-    runs, so the merge is the whole launch's counts."""
+                 sms: int | None, q, k, v, jobs: int, n: int):
+    """(completed, findings, LaunchCounts) of a one-launch kernel's counted run, its grid of `n`
+    blocks split among `jobs` forked processes: every block runs exactly once and counts the same
+    wherever it runs, so the merge is the whole launch's counts."""
     import multiprocessing
     import warnings
 
     global _SHARED_RUN
-    grid = spec.launch_config(shape, sms)["grid"]
-    n = int(np.prod(grid))
     bounds = np.linspace(0, n, jobs + 1).round().astype(int)
     requests = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
     _SHARED_RUN = (spec, label, shape, causal, cta, seed, sms, q, k, v)
@@ -264,9 +262,10 @@ def trace(kernel: str | KernelSpec, shape: Shape = MISSION, causal: bool = False
         return found
     q, k, v = make_inputs(shape, seed, device="cpu")
     label = cpu_label(spec, arch)
-    jobs = min(jobs or trace_jobs(), int(np.prod(spec.launch_config(shape, sms)["grid"])))
+    blocks = int(np.prod(spec.launch_config(shape, sms)["grid"]))
+    jobs = min(jobs or trace_jobs(), blocks)
     if jobs > 1 and spec.runner is None:
-        completed, findings, counts = _run_sharded(spec, label, shape, causal, cta, seed, sms, q, k, v, jobs)
+        completed, findings, counts = _run_sharded(spec, label, shape, causal, cta, seed, sms, q, k, v, jobs, blocks)
         result = Trace(label, shape, bool(causal), cta, [counts], completed, findings)
     else:
         _, report = attention_cpu(spec, q, k, v, causal, seed=seed, races=False, banks=True, count=True,

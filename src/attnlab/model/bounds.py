@@ -237,14 +237,23 @@ def predict(kernel: str, shape: Shape, causal: bool = False, gpu: str = "L4", t:
                       resident, extra)
 
 
+def gemm_operands(shape: Shape) -> list[tuple[str, str, int]]:
+    """Chapter 4's two GEMMs, which the executor does not run (torch's matmul, cuBLAS on a GPU):
+    (GEMM, tensor, bytes) for each operand moved once, fp16, the least any GEMM moves."""
+    B, H, L, D = shape
+    qkvo, s = 2 * B * H * L * D, 2 * B * H * L * L
+    return [("GEMM S = Q K^T", "Q", qkvo), ("GEMM S = Q K^T", "K", qkvo), ("GEMM S = Q K^T", "S", s),
+            ("GEMM O = P V", "P", s), ("GEMM O = P V", "V", qkvo), ("GEMM O = P V", "O", qkvo)]
+
+
 def _gemm_bounds(shape: Shape, gpu: GpuSpec) -> list[Bound]:
     """Chapter 4's two cuBLAS GEMMs (S = Q K^T, O = P V), each at the larger of the tensor-core peak
-    and DRAM for its operands (fp16): the executor runs only the softmax between them."""
+    and DRAM for its operands (gemm_operands): the executor runs only the softmax between them."""
     B, H, L, D = shape
     flops = 2 * B * H * L * L * D
     out = []
-    for name, nbytes in (("GEMM S = Q K^T", 2 * B * H * (2 * L * D + L * L)),
-                         ("GEMM O = P V", 2 * B * H * (L * L + 2 * L * D))):
+    for name in dict.fromkeys(gemm for gemm, _, _ in gemm_operands(shape)):
+        nbytes = sum(n for gemm, _, n in gemm_operands(shape) if gemm == name)
         secs = max(flops / (gpu.fp16_tflops * 1e12), nbytes / (gpu.dram_gbps * 1e9))
         out.append(Bound(name, secs * 1e6, f"{flops:,} FLOP, {nbytes:,} bytes"))
     return out

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..executor.trace import MMA_FLOPS
 from ..kernels import registry, sass_loop
 from ..kernels.static import build, opcode
 
 MARKERS = ("HMMA", "MUFU.EX2")
-HMMA_FLOPS = 2 * 16 * 8 * 16   # one HMMA.16816: an mma.sync.m16n8k16 of one warp
 LANES_PER_MUFU = 32            # a full warp's exponentials per MUFU.EX2 (divergent rows issue more)
 
 
@@ -45,7 +45,7 @@ class LoopShape:
 @functools.lru_cache(maxsize=None)
 def loop_shape(kernel: str, arch: str, entry: str) -> LoopShape:
     """The key-tile loop of `entry` in `kernel`'s build for `arch` (nvcc and cuobjdump, cached)."""
-    spec = registry.get(kernel.split("@")[0], arch)
+    spec = registry.get(kernel, arch)
     lines = sass_loop.listing(build(spec, arch).sass, entry)
     for marker in MARKERS:
         try:
@@ -73,7 +73,7 @@ def loop_shape(kernel: str, arch: str, entry: str) -> LoopShape:
 def marker_runs(shape: LoopShape, tensor_flops: np.ndarray, exps: np.ndarray) -> np.ndarray:
     """Per CTA, how many of the loop's marker instructions its warps ran, from the executor's counts."""
     if shape.marker == "HMMA":
-        return tensor_flops / HMMA_FLOPS
+        return tensor_flops / MMA_FLOPS  # one HMMA.16816 per mma.sync.m16n8k16 of a warp
     return exps / LANES_PER_MUFU
 
 
