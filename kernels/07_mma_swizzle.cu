@@ -68,14 +68,19 @@
 // same rescaling as the merge above and writes O. The price: splits x B*H x L x (D + 2) fp32
 // words written and read back, and a second launch.
 //
-// Ablations, each its own extern "C" entry (registry ids 07_mma_nosplit, 07_mma_two_barriers,
-// 07_mma_noswizzle, 07_mma_single_buffer; all KV_SPLIT = 1):
-//   KV_SPLIT = 1:       one group of warps; 64-row query tiles whatever the GPU.
-//   ONE_BARRIER = false: prefetch, wait for all but the newest STAGES-1 groups, barrier, compute,
-//                        barrier.
-//   SWIZZLE = false:    plain row-major tiles; every ldmatrix phase is an 8-way bank conflict.
-//   STAGES = 1:         one K/V stage; the copy of tile j starts after tile j-1 is consumed
-//                       (two barriers per tile, necessarily).
+// The chapter climbs to this kernel in steps, each adding one technique by one template switch
+// (registry ids in order; all KV_SPLIT = 1 but the last):
+//   7.1 07_mma_plain:          mma.sync, ldmatrix and P in registers; SWIZZLE = false, STAGES = 1
+//                              (the copy of tile j starts after tile j-1 is consumed: two barriers
+//                              per tile, necessarily), LONGEST_FIRST = false.
+//   7.2 07_mma_longest_first:  LONGEST_FIRST = true: causal grids launch the longest query tiles first.
+//   7.3 07_mma_single_buffer:  SWIZZLE = true.
+//   7.4 07_mma_two_barriers:   STAGES = 2 (3 on sm_90), ONE_BARRIER = false: prefetch, wait for all
+//                              but the newest STAGES-1 groups, barrier, compute, barrier.
+//   7.5 07_mma_nosplit:        ONE_BARRIER = true.
+//   7.6 07_mma:                KV_SPLIT chosen per shape and GPU (07_mma_split_ctas: FA2's route).
+// 07_mma_noswizzle (SWIZZLE = false in the last kernel) is an ablation: every ldmatrix phase is an
+// 8-way bank conflict.
 //
 // Launch: block (32 WARPS,), grid (ceil(L / BLOCK_M), B*H), dynamic shared memory as above (the
 // launcher opts in above 48 KB). Limits: D in {64, 128}; any L >= 1 (rows past L are zero-filled
@@ -169,7 +174,8 @@ __device__ __forceinline__ void load_tile(unsigned tile, const __half* head, int
 
 // PARTIAL: write this CTA's split of the keys to o_part and ml for attn_combine_07 (o unused);
 // otherwise o_part and ml are unused.
-template <int D, int BLOCK_N, int KV_SPLIT, bool SWIZZLE, int STAGES, bool ONE_BARRIER, bool PARTIAL>
+template <int D, int BLOCK_N, int KV_SPLIT, bool SWIZZLE, int STAGES, bool ONE_BARRIER, bool LONGEST_FIRST,
+          bool PARTIAL>
 __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const __half* __restrict__ k,
                                             const __half* __restrict__ v, __half* __restrict__ o,
                                             float* __restrict__ o_part, float* __restrict__ ml,
@@ -200,7 +206,10 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
     const int group = warp / ROW_WARPS;     // which slice of every key tile this warp multiplies
     const int row_warp = warp % ROW_WARPS;  // which 16 query rows (shared with the other groups)
     const int key0 = group * SUB_N;         // the slice's first key within a tile
-    const int q_block = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    int q_block = blockIdx.x;
+    // Causal: the longest query tiles (the last rows, which see the most keys) run first, so that
+    // the short ones fill the grid's tail instead of a long one starting last.
+    if constexpr (LONGEST_FIRST) q_block = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     const int q0 = q_block * BLOCK_M;
     const int warp_row0 = q0 + row_warp * 16;  // this warp's first query row
     const long long head = attn::head_offset(blockIdx.y, L, D);
@@ -225,17 +234,19 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
         }
     }
 
-    // Prologue: Q and the first STAGES - 1 key tiles, one commit group per tile (Q rides in the
+    // Prologue: Q, then the first STAGES - 1 key tiles, one commit group per tile (Q rides in the
     // first; with one stage, in the loop's first). A group is committed even when its tile is past
     // the last, so that "all but the newest n groups" always names the same tiles.
     load_tile<D, BLOCK_M, SWIZZLE>(q_tile, q, q0, L, tid);
+    if constexpr (STAGES > 1) {
 #pragma unroll
-    for (int p = 0; p < STAGES - 1; ++p) {
-        if (tile0 + p < tile1) {
-            load_tile<D, BLOCK_N, SWIZZLE>(k_tile(p), k, (tile0 + p) * BLOCK_N, L, tid);
-            load_tile<D, BLOCK_N, SWIZZLE>(v_tile(p), v, (tile0 + p) * BLOCK_N, L, tid);
+        for (int p = 0; p < STAGES - 1; ++p) {
+            if (tile0 + p < tile1) {
+                load_tile<D, BLOCK_N, SWIZZLE>(k_tile(p), k, (tile0 + p) * BLOCK_N, L, tid);
+                load_tile<D, BLOCK_N, SWIZZLE>(v_tile(p), v, (tile0 + p) * BLOCK_N, L, tid);
+            }
+            attn::cp_async_commit();
         }
-        attn::cp_async_commit();
     }
 
     unsigned q_frag[K_STEPS][4];  // A operands of Q for the whole loop
@@ -260,25 +271,35 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
     // stage of tile j - 1.
     for (int j = tile0; j < tile1; ++j) {
         const int stage = static_cast<unsigned>(j - tile0) % STAGES;
-        const int next = j + STAGES - 1, next_stage = stage == 0 ? STAGES - 1 : stage - 1;  // tile j-1's
-        if constexpr (ONE_BARRIER) {
-            attn::cp_async_wait<STAGES - 2>();  // this thread's copies of tile j (and Q) have landed
-            __syncthreads();  // one barrier per tile: everyone's have, and every warp is done with tile j-1
-            if (next < tile1) {  // so its stage takes tile j + STAGES - 1 while tile j is used
-                load_tile<D, BLOCK_N, SWIZZLE>(k_tile(next_stage), k, next * BLOCK_N, L, tid);
-                load_tile<D, BLOCK_N, SWIZZLE>(v_tile(next_stage), v, next * BLOCK_N, L, tid);
-            }
-            attn::cp_async_commit();  // possibly empty: the wait at tile j + 1 then leaves only later tiles pending
+        if constexpr (STAGES == 1) {
+            // One stage: tile j is copied into it only now, after the barrier that ended tile j - 1
+            // (the loop's last line). The copy and the math take turns.
+            load_tile<D, BLOCK_N, SWIZZLE>(k_tile(0), k, j * BLOCK_N, L, tid);
+            load_tile<D, BLOCK_N, SWIZZLE>(v_tile(0), v, j * BLOCK_N, L, tid);
+            attn::cp_async_commit();
+            attn::cp_async_wait<0>();  // this thread's copies of tile j (and Q) have landed
+            __syncthreads();           // and everyone's: the tile is visible to all
         } else {
-            // Two barriers: the refilled stage was freed by the barrier at the end of the last
-            // iteration. With one stage that is tile j's own: its copy starts only now.
-            if (next < tile1) {
-                load_tile<D, BLOCK_N, SWIZZLE>(k_tile(next_stage), k, next * BLOCK_N, L, tid);
-                load_tile<D, BLOCK_N, SWIZZLE>(v_tile(next_stage), v, next * BLOCK_N, L, tid);
+            const int next = j + STAGES - 1, next_stage = stage == 0 ? STAGES - 1 : stage - 1;  // tile j-1's
+            if constexpr (ONE_BARRIER) {
+                attn::cp_async_wait<STAGES - 2>();  // this thread's copies of tile j (and Q) have landed
+                __syncthreads();  // one barrier per tile: everyone's have, and every warp is done with tile j-1
+                if (next < tile1) {  // so its stage takes tile j + STAGES - 1 while tile j is used
+                    load_tile<D, BLOCK_N, SWIZZLE>(k_tile(next_stage), k, next * BLOCK_N, L, tid);
+                    load_tile<D, BLOCK_N, SWIZZLE>(v_tile(next_stage), v, next * BLOCK_N, L, tid);
+                }
+                attn::cp_async_commit();  // possibly empty: the wait at tile j + 1 then leaves only later tiles pending
+            } else {
+                // Two barriers: the refilled stage was freed by the barrier at the end of the last
+                // iteration, so the copy of tile j + STAGES - 1 starts before tile j is waited for.
+                if (next < tile1) {
+                    load_tile<D, BLOCK_N, SWIZZLE>(k_tile(next_stage), k, next * BLOCK_N, L, tid);
+                    load_tile<D, BLOCK_N, SWIZZLE>(v_tile(next_stage), v, next * BLOCK_N, L, tid);
+                }
+                attn::cp_async_commit();   // possibly empty: keeps "all but the newest STAGES - 1 groups" = up to tile j
+                attn::cp_async_wait<STAGES - 1>();
+                __syncthreads();  // every thread's copies of tile j (and Q) are now visible to all
             }
-            attn::cp_async_commit();   // possibly empty: keeps "all but the newest STAGES - 1 groups" = up to tile j
-            attn::cp_async_wait<STAGES - 1>();
-            __syncthreads();  // every thread's copies of tile j (and Q) are now visible to all
         }
 
         if (j == tile0) {
@@ -489,12 +510,12 @@ __host__ __device__ constexpr bool split_fits() {
     return WARPS % KV_SPLIT == 0 && BLOCK_N % KV_SPLIT == 0 && (BLOCK_N / KV_SPLIT) % 16 == 0;
 }
 
-template <int D, int BLOCK_N, int KV_SPLIT, bool SWIZZLE, int STAGES, bool ONE_BARRIER>
+template <int D, int BLOCK_N, int KV_SPLIT, bool SWIZZLE, int STAGES, bool ONE_BARRIER, bool LONGEST_FIRST>
 __device__ __forceinline__ void run_07(const __half* q, const __half* k, const __half* v, __half* o, int L,
                                        float scale, int causal) {
     if constexpr (split_fits<BLOCK_N, KV_SPLIT>())
-        attn_fwd_07<D, BLOCK_N, KV_SPLIT, SWIZZLE, STAGES, ONE_BARRIER, false>(q, k, v, o, nullptr, nullptr, L, scale,
-                                                                              causal);
+        attn_fwd_07<D, BLOCK_N, KV_SPLIT, SWIZZLE, STAGES, ONE_BARRIER, LONGEST_FIRST, false>(q, k, v, o, nullptr,
+                                                                                             nullptr, L, scale, causal);
 }
 
 constexpr int COMBINE_THREADS = 128;  // attn_combine_07's block (the registry mirrors it)
@@ -503,26 +524,31 @@ constexpr int COMBINE_THREADS = 128;  // attn_combine_07's block (the registry m
 // One extern "C" entry per head dim and variant (template arguments: D, BLOCK_N, KV_SPLIT,
 // SWIZZLE, STAGES, ONE_BARRIER). The registry maps the runtime D, and for 07_mma the split it
 // picks, to the entry; the D argument is part of the common signature and fixed here.
-#define ATTN07_ENTRY(NAME, D, BLOCK_N, KV_SPLIT, SWIZZLE, STAGES, ONE_BARRIER)                                  \
+#define ATTN07_ENTRY(NAME, D, BLOCK_N, KV_SPLIT, SWIZZLE, STAGES, ONE_BARRIER, LONGEST_FIRST)                   \
     extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS_PER_SM)                                     \
     NAME(const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,             \
          __half* __restrict__ o, int L, int D_, float scale, int causal) {                                     \
-        run_07<D, BLOCK_N, KV_SPLIT, SWIZZLE, STAGES, ONE_BARRIER>(q, k, v, o, L, scale, causal);              \
+        run_07<D, BLOCK_N, KV_SPLIT, SWIZZLE, STAGES, ONE_BARRIER, LONGEST_FIRST>(q, k, v, o, L, scale, causal); \
     }
 
-ATTN07_ENTRY(attn_fwd_07_mma_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true)
-ATTN07_ENTRY(attn_fwd_07_mma_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, true)
-ATTN07_ENTRY(attn_fwd_07_mma_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true)
-ATTN07_ENTRY(attn_fwd_07_mma_split2_d128, 128, BLOCK_N_D128, 2, true, STAGES_D128, true)
-ATTN07_ENTRY(attn_fwd_07_mma_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true)
+ATTN07_ENTRY(attn_fwd_07_mma_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true)
+ATTN07_ENTRY(attn_fwd_07_mma_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, true, true)
+ATTN07_ENTRY(attn_fwd_07_mma_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true)
+ATTN07_ENTRY(attn_fwd_07_mma_split2_d128, 128, BLOCK_N_D128, 2, true, STAGES_D128, true, true)
+ATTN07_ENTRY(attn_fwd_07_mma_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true)
 // A 4-way split at D = 128 needs the 64-key tile (16 keys per group); with 32 it compiles to nothing.
-ATTN07_ENTRY(attn_fwd_07_mma_split4_d128, 128, BLOCK_N_D128, 4, true, STAGES_D128, true)
-ATTN07_ENTRY(attn_fwd_07_mma_two_barriers_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, false)
-ATTN07_ENTRY(attn_fwd_07_mma_two_barriers_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, false)
-ATTN07_ENTRY(attn_fwd_07_mma_noswizzle_d64, 64, BLOCK_N_D64, 1, false, STAGES_D64, true)
-ATTN07_ENTRY(attn_fwd_07_mma_noswizzle_d128, 128, BLOCK_N_D128, 1, false, STAGES_D128, true)
-ATTN07_ENTRY(attn_fwd_07_mma_single_buffer_d64, 64, BLOCK_N_D64, 1, true, 1, false)
-ATTN07_ENTRY(attn_fwd_07_mma_single_buffer_d128, 128, BLOCK_N_D128, 1, true, 1, false)
+ATTN07_ENTRY(attn_fwd_07_mma_split4_d128, 128, BLOCK_N_D128, 4, true, STAGES_D128, true, true)
+ATTN07_ENTRY(attn_fwd_07_mma_two_barriers_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, false, true)
+ATTN07_ENTRY(attn_fwd_07_mma_two_barriers_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, false, true)
+ATTN07_ENTRY(attn_fwd_07_mma_noswizzle_d64, 64, BLOCK_N_D64, 1, false, STAGES_D64, true, true)
+ATTN07_ENTRY(attn_fwd_07_mma_noswizzle_d128, 128, BLOCK_N_D128, 1, false, STAGES_D128, true, true)
+ATTN07_ENTRY(attn_fwd_07_mma_single_buffer_d64, 64, BLOCK_N_D64, 1, true, 1, false, true)
+ATTN07_ENTRY(attn_fwd_07_mma_single_buffer_d128, 128, BLOCK_N_D128, 1, true, 1, false, true)
+// The chapter's first two steps: no swizzle, one stage, two barriers; then the longest tiles first.
+ATTN07_ENTRY(attn_fwd_07_mma_plain_d64, 64, BLOCK_N_D64, 1, false, 1, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_plain_d128, 128, BLOCK_N_D128, 1, false, 1, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_longest_first_d64, 64, BLOCK_N_D64, 1, false, 1, false, true)
+ATTN07_ENTRY(attn_fwd_07_mma_longest_first_d128, 128, BLOCK_N_D128, 1, false, 1, false, true)
 
 // FlashAttention-2's split across CTAs (07_mma_split_ctas): the partial kernel (grid z = splits),
 // then the combine.
@@ -530,7 +556,7 @@ ATTN07_ENTRY(attn_fwd_07_mma_single_buffer_d128, 128, BLOCK_N_D128, 1, true, 1, 
     extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS_PER_SM)                                     \
     NAME(const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,             \
          float* __restrict__ o_part, float* __restrict__ ml, int L, int D_, float scale, int causal) {         \
-        attn_fwd_07<D, BLOCK_N, 1, true, STAGES, true, true>(q, k, v, nullptr, o_part, ml, L, scale, causal);  \
+        attn_fwd_07<D, BLOCK_N, 1, true, STAGES, true, true, true>(q, k, v, nullptr, o_part, ml, L, scale, causal); \
     }
 
 ATTN07_PARTIAL_ENTRY(attn_fwd_07_mma_partial_d64, 64, BLOCK_N_D64, STAGES_D64)

@@ -71,6 +71,7 @@ class Variant:
     swizzle: bool
     stages: int
     one_barrier: bool
+    longest_first: bool
 
     @property
     def block_m(self) -> int:  # query rows per CTA: 16 per warp of one group
@@ -95,20 +96,21 @@ ARCH_TILES = sorted({(D, tiles.get(f"ATTN07_BLOCK_N_D{D}", _const(f"BLOCK_N_D{D}
 
 
 def _variants() -> dict[str, Variant]:
-    """Every ATTN07_ENTRY(name, D, BLOCK_N, KV_SPLIT, SWIZZLE, STAGES, ONE_BARRIER) of the source
+    """Every ATTN07_ENTRY(name, D, BLOCK_N, KV_SPLIT, SWIZZLE, STAGES, ONE_BARRIER, LONGEST_FIRST) of the source
     with its own tiles, and again as "name@BLOCK_N/STAGES" with each other architecture's tiles at
     its D (an entry with a fixed number of stages keeps it). A split whose slice of the tile is not
     whole 16-key steps compiles to nothing and is left out."""
     out = {}
     for m in re.finditer(r"^ATTN07_ENTRY\((attn_fwd_07_\w+), (\d+), (\w+), (\d+), (true|false), (\w+), "
-                         r"(true|false)\)$", SRC, re.M):
-        name, d, bn, split, sw, st, ob = m.groups()
+                         r"(true|false), (true|false)\)$", SRC, re.M):
+        name, d, bn, split, sw, st, ob, lf = m.groups()
         tiles = [(_value(bn), _value(st))] + [(t, s if not st.isdigit() else int(st))
                                               for D, t, s in ARCH_TILES if D == int(d)]
         for i, (tile, stages) in enumerate(dict.fromkeys(tiles)):
             if (tile // int(split)) % 16 == 0:
                 label = name if i == 0 else f"{name}@{tile}/{stages}"
-                out[label] = Variant(name, int(d), tile, int(split), sw == "true", stages, ob == "true")
+                out[label] = Variant(name, int(d), tile, int(split), sw == "true", stages, ob == "true",
+                                     lf == "true")
     return out
 
 
@@ -307,7 +309,7 @@ def run_cta(var: Variant, q, k, v, out, L: int, scale: float, causal: bool, bx: 
     k_tile = lambda st: q_tile + Q_BYTES + st * 2 * KV_BYTES
     v_tile = lambda st: q_tile + Q_BYTES + st * 2 * KV_BYTES + KV_BYTES
 
-    q_block = grid_x - 1 - bx if causal else bx
+    q_block = grid_x - 1 - bx if causal and var.longest_first else bx
     q0 = q_block * BM
     warp_row0 = q0 + row_warp * 16                                   # [W, 1]
     kv_end = min(L, q0 + BM) if causal else L

@@ -53,10 +53,10 @@ MUTANTS: tuple[Mutant, ...] = (
            "if (row0 + r < L) val", "if (row0 + r <= L) val", ("05_wmma",),
            "the Q staging copy reads the row at L"),
     Mutant("07-tile-tail", "07_mma_swizzle.cu",
-           "const bool valid = row < L;", "const bool valid = row <= L;", ("07_mma",),
+           "const bool valid = row < L;", "const bool valid = row <= L;", ("07_mma", "07_mma_plain"),
            "cp.async copies the row at L instead of zero-filling it"),
     Mutant("07-causal-mask", "07_mma_swizzle.cu",
-           "(e & 1) > key_limit[e >> 1]", "(e & 1) >= key_limit[e >> 1]", ("07_mma",),
+           "(e & 1) > key_limit[e >> 1]", "(e & 1) >= key_limit[e >> 1]", ("07_mma", "07_mma_plain"),
            "the causal mask also hides the diagonal (and the last key of every row)"),
     Mutant("07-merge-rescale", "07_mma_swizzle.cu",
            "o_acc[nb][e] = o_acc[nb][e] * c_self + slot(other, nb * 4 + e) * c_other;",
@@ -77,8 +77,13 @@ MUTANTS: tuple[Mutant, ...] = (
            "ml[(part_row0 + q0 + r) * 2] = ATTN_NEG_INF;", "ml[(part_row0 + q0 + r) * 2] = 0.f;",
            ("07_mma_split_ctas",),
            "a causal split that saw no key claims a max of 0: the combine weighs an O nobody wrote"),
+    Mutant("07-longest-first", "07_mma_swizzle.cu",
+           "q_block = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;",
+           "q_block = causal ? gridDim.x - blockIdx.x : blockIdx.x;", ("07_mma_longest_first",),
+           "the reversed launch order is off by one: the first CTA takes a query tile past the last, the "
+           "first tile is never computed"),
     Mutant("07-tile-skip", "07_mma_swizzle.cu",
-           "if (!causal || k0 <= warp_row0 + 15) {", "if (!causal || k0 < warp_row0) {", ("07_mma",),
+           "if (!causal || k0 <= warp_row0 + 15) {", "if (!causal || k0 < warp_row0) {", ("07_mma", "07_mma_plain"),
            "a warp skips the key tile that holds its own diagonal"),
 
     # ---- barriers, removed, weakened or miscounted ---------------------------------------------
@@ -109,12 +114,16 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("07-no-reuse-barrier", "07_mma_swizzle.cu",
            _drop("        if constexpr (!ONE_BARRIER) __syncthreads();  "
                  "// all warps are done with this stage before a later copy refills it"), "",
-           ("07_mma_two_barriers", "07_mma_single_buffer"),
+           ("07_mma_two_barriers", "07_mma_single_buffer", "07_mma_plain"),
            "the prefetch refills the stage other warps are still reading (the output can stay right)"),
+    Mutant("07-single-stage-wait", "07_mma_swizzle.cu",
+           _drop("            attn::cp_async_wait<0>();  // this thread's copies of tile j (and Q) have landed"), "",
+           ("07_mma_plain",),
+           "with one stage, the barrier publishes tile j before this thread's copies of it have landed"),
     Mutant("07-prefetch-before-barrier", "07_mma_swizzle.cu",
-           "            __syncthreads();  // one barrier per tile: everyone's have, and every warp is done with tile j-1\n"
-           "            if (next < tile1) {",
-           "            if (next < tile1) {",
+           "                __syncthreads();  // one barrier per tile: everyone's have, and every warp is done with tile j-1\n"
+           "                if (next < tile1) {",
+           "                if (next < tile1) {",
            ("07_mma_nosplit",),
            "one barrier per tile, but the prefetch is issued before it: it refills the stage of tile j-1 "
            "while slower warps still multiply it, and nothing publishes tile j"),
@@ -142,11 +151,11 @@ MUTANTS: tuple[Mutant, ...] = (
 
     # ---- fragments and lane maps ----------------------------------------------------------------
     Mutant("07-missing-trans", "07_mma_swizzle.cu",
-           "attn::ldsm_x4_trans(vf, v_tile(stage)", "attn::ldsm_x4(vf, v_tile(stage)", ("07_mma",),
+           "attn::ldsm_x4_trans(vf, v_tile(stage)", "attn::ldsm_x4(vf, v_tile(stage)", ("07_mma", "07_mma_plain"),
            "V is loaded without .trans: B fragments of V^T instead of V"),
     Mutant("07-swapped-fragment", "07_mma_swizzle.cu",
            "attn::mma_16816(s[2 * np], q_frag[ks], kf[0], kf[1]);", "attn::mma_16816(s[2 * np], q_frag[ks], kf[1], kf[0]);",
-           ("07_mma",),
+           ("07_mma", "07_mma_plain"),
            "the two B registers of a K fragment swapped"),
     Mutant("lane-map-b", "swizzle.cuh",
            "ldsm_row_b(int lane) { return (lane & 7) + ((lane >> 4) << 3); }", "ldsm_row_b(int lane) { return lane & 15; }",
@@ -168,10 +177,10 @@ MUTANTS: tuple[Mutant, ...] = (
            ("04_cublas_hybrid",),
            "warp_max skips the xor-1 step: odd and even lanes disagree on the row max"),
     Mutant("07-quad-offset", "07_mma_swizzle.cu",
-           "x += __shfl_xor_sync(0xffffffffu, x, 2);", "x += __shfl_xor_sync(0xffffffffu, x, 4);", ("07_mma",),
+           "x += __shfl_xor_sync(0xffffffffu, x, 2);", "x += __shfl_xor_sync(0xffffffffu, x, 4);", ("07_mma", "07_mma_plain"),
            "the row sum adds the neighbouring quad (rows g and g+1 mixed) instead of the quad's other pair"),
     Mutant("07-quad-mask", "07_mma_swizzle.cu",
            "mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));", "mx = fmaxf(mx, __shfl_xor_sync(0x0000ffffu, mx, 2));",
-           ("07_mma",),
+           ("07_mma", "07_mma_plain"),
            "a shuffle mask naming half the warp, called by all of it"),
 )

@@ -750,7 +750,11 @@ for _kid, _suffix, _stages, _title, _summary in (
         ("07_mma_noswizzle", "_noswizzle", None, "no swizzle",
          "plain row-major tiles (8-way bank conflicts on every ldmatrix)"),
         ("07_mma_single_buffer", "_single_buffer", 1, "one stage",
-         "one K/V stage, the next tile is copied only after this one is used (two barriers per tile)")):
+         "one K/V stage, the next tile is copied only after this one is used (two barriers per tile)"),
+        ("07_mma_longest_first", "_longest_first", 1, "no swizzle, one stage",
+         "plain tiles and one K/V stage (the chapter's step 7.2)"),
+        ("07_mma_plain", "_plain", 1, "no swizzle, one stage, launch order",
+         "plain tiles, one K/V stage, causal query tiles in launch order (the chapter's step 7.1)")):
     register(KernelSpec(
         id=_kid,
         title=f"Swizzle + double buffer (ablation: {_title})",
@@ -760,10 +764,32 @@ for _kid, _suffix, _stages, _title, _summary in (
         **_MMA07_COMMON,
         tuning=_mma07_variant_tuning(lambda config, _st=_stages: _mma07_geometry(config, _st, split=1)),
         summary=f"ablation of 07_mma without a key split: {_summary}",
-        # The swizzle's promise; the unswizzled ablation exists to break it.
-        conflict_free=() if _kid == "07_mma_noswizzle" else ("ldmatrix", "cp.async", "ld/st"),
+        # The swizzle's promise; the unswizzled kernels exist to break it.
+        conflict_free=() if _kid in ("07_mma_noswizzle", "07_mma_longest_first", "07_mma_plain")
+        else ("ldmatrix", "cp.async", "ld/st"),
         variant_of="07_mma",
     ))
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of chapter 7's climb: the kernel that adds `technique` to the step before it."""
+    number: str        # "7.1", ...: the page's number
+    kernel_id: str
+    technique: str     # what this step adds, as the page's title says it
+    page: str          # the notebook under book/ (without .ipynb)
+
+
+# Chapter 7 in steps, each one template switch of kernels/07_mma_swizzle.cu away from the one before
+# (attnlab.kernels.steps shows each step's code and its diff); the last is the chapter's kernel.
+STEPS_07: tuple[Step, ...] = (
+    Step("7.1", "07_mma_plain", "mma.sync, ldmatrix and P in registers", "ch07_1_mma"),
+    Step("7.2", "07_mma_longest_first", "The longest query tiles first", "ch07_2_longest_first"),
+    Step("7.3", "07_mma_single_buffer", "The XOR swizzle", "ch07_3_swizzle"),
+    Step("7.4", "07_mma_two_barriers", "cp.async copies ahead of use", "ch07_4_pipeline"),
+    Step("7.5", "07_mma_nosplit", "One barrier per key tile", "ch07_5_one_barrier"),
+    Step("7.6", "07_mma", "The keys split to fill the GPU", "ch07_6_key_split"),
+)
 
 
 # FlashAttention-2's route to a full GPU, for comparison: the keys split across CTAs (grid z), fp32
