@@ -1,0 +1,172 @@
+"""Chapter 7's climb: each step one template switch away from the one before, its code as the
+compiler sees it, and a diff a reader can take in (attnlab.kernels.steps)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from attnlab.kernels import steps
+from attnlab.kernels.registry import KERNELS, STEPS_07
+
+
+def test_the_steps_climb_to_the_chapters_kernel():
+    assert [s.number for s in STEPS_07] == [f"7.{i}" for i in range(1, len(STEPS_07) + 1)]
+    assert STEPS_07[-1].kernel_id == "07_mma"
+    for s in STEPS_07:
+        assert KERNELS[s.kernel_id].chapter == 7
+    assert len({s.kernel_id for s in STEPS_07}) == len(STEPS_07)
+
+
+@pytest.mark.parametrize("step", STEPS_07[1:], ids=lambda s: s.number)
+def test_each_step_sets_exactly_one_switch_more_than_the_step_before(step):
+    before, after = steps.step_switches(steps.previous(step)), steps.step_switches(step)
+    changed = [name for name in steps.SWITCHES if before[name] != after[name]]
+    assert len(changed) == 1, f"{step.number} changes {changed}"
+
+
+def test_the_first_step_has_every_technique_off_and_the_last_every_one_on():
+    first, last = steps.step_switches(STEPS_07[0]), steps.step_switches(STEPS_07[-1])
+    assert first == {"SWIZZLE": False, "STAGES": 1, "ONE_BARRIER": False, "LONGEST_FIRST": False, "KV_SPLIT": 1}
+    assert last["SWIZZLE"] and last["STAGES"] >= 2 and last["ONE_BARRIER"] and last["LONGEST_FIRST"]
+    assert last["KV_SPLIT"] > 1
+
+
+@pytest.mark.parametrize("step", STEPS_07[1:], ids=lambda s: s.number)
+def test_each_diff_is_short_and_shows_the_switch_it_turns(step):
+    diff = steps.step_diff(steps.previous(step), step)
+    assert 0 < steps.changed_lines(diff) < 60, diff
+    before, after = steps.step_switches(steps.previous(step)), steps.step_switches(step)
+    (name,) = [n for n in steps.SWITCHES if before[n] != after[n]]
+    assert f"+// {name} = {str(after[name]).lower()}" in diff
+
+
+@pytest.mark.parametrize("step", STEPS_07, ids=lambda s: s.number)
+def test_a_steps_code_holds_no_branch_its_switches_decide(step):
+    code = steps.step_source(step)
+    switch = "|".join(steps.SWITCHES + tuple(steps.FIXED))
+    left = re.findall(rf"if constexpr \([^)]*\b(?:{switch})\b", code)
+    assert not left, left
+    assert not re.search(rf"\((?:{switch}) \?", code)
+    body = code.split("int L, float scale, int causal) {", 1)[1]
+    assert "o_part +" not in body and "ml[" not in body, \
+        "the partial route (07_mma_split_ctas) is not a step: its code goes"
+
+
+def test_the_code_changes_where_the_technique_lives():
+    assert "(chunk ^ (row & 7))" in steps.step_source("7.3")
+    assert "(chunk ^ (row & 7))" not in steps.step_source("7.2")
+    assert "gridDim.x - 1 - blockIdx.x" in steps.step_source("7.2")
+    assert "gridDim.x - 1 - blockIdx.x" not in steps.step_source("7.1")
+    assert "cp_async_wait<0>" in steps.step_source("7.3") and "cp_async_wait<0>" not in steps.step_source("7.4")
+    assert "cp_async_wait<STAGES - 2>" in steps.step_source("7.5")
+    assert "slot(other" in steps.step_source("7.6") and "slot(other" not in steps.step_source("7.5")
+
+
+def test_specialize_takes_the_branch_the_switches_choose():
+    text = ("void f() {\n"
+            "    if constexpr (A == 1) {\n        one();\n    } else if constexpr (B) {\n        two();\n"
+            "    } else {\n        three();\n    }\n"
+            "    // said of the next line only\n"
+            "    if constexpr (!B) gone();  // comment\n"
+            "    if constexpr (D > 2) kept();\n"
+            "    x = (B ? left(1) : (right));\n"
+            "}\n")
+    out = steps.specialize(text, {"A": 2, "B": True})
+    assert "two();" in out and "one();" not in out and "three();" not in out
+    assert "gone()" not in out and "said of the next line" not in out
+    assert "if constexpr (D > 2) kept();" in out, "a condition over anything but the switches stays"
+    assert "x = left(1);" in out
+    assert "    two();\n" in out, "the chosen block moves out one level"
+    out = steps.specialize(text, {"A": 1, "B": False})
+    assert "one();" in out and "gone();  // comment" in out and "x = (right);" in out
+
+
+def test_an_unknown_step_is_a_clear_error():
+    with pytest.raises(KeyError, match="no chapter-7 step"):
+        steps.step_source("7.9")
+
+
+# ---- the pages' reading of records (attnlab.book.climb) -----------------------------------------
+
+def _timed(us: dict[str, float]):
+    """A synthetic bench record at chapter 7's target shapes, each kernel timed at its own µs."""
+    from synthetic import synthetic_record
+
+    from attnlab.book import climb
+
+    kids = list(us)
+    rec = synthetic_record(kernel=kids[0], also=kids[1:], shapes=[tuple(s) for s in climb.TARGET_SHAPES])
+    for case in rec["cases"]:
+        for kid, t in us.items():
+            case["kernels"][kid]["device"]["median_us"] = t
+    return rec
+
+
+def test_a_step_is_timed_against_the_step_before_only_from_a_record():
+    from attnlab.book import climb
+
+    empty = climb.Timings(None)
+    assert empty.step_sentence("7.3") is None and empty.ratio("07_mma", "07_mma_nosplit", climb.MISSION, False) is None
+    assert climb.measured_or(None, "what holds without one").startswith("**Not measured here.**")
+    timings = climb.Timings(_timed({"07_mma_single_buffer": 50.0, "07_mma_longest_first": 100.0}))
+    assert timings.ratio("07_mma_single_buffer", "07_mma_longest_first", climb.MISSION, True) == pytest.approx(0.5)
+    text = timings.step_sentence("7.3")
+    assert text.startswith("**Measured.** On ") and "0.50x at (1, 8, 512, 64)" in text
+    assert text.count("0.50x") == len(climb.TARGETS) and text.endswith("the time of `07_mma_longest_first`.")
+    assert timings.step_sentence("7.4") is None, "a record without the step says nothing of it"
+
+
+def test_the_climb_measured_holds_each_step_over_the_one_before():
+    from attnlab.book import climb
+
+    us = {s.kernel_id: 100.0 / (i + 1) for i, s in enumerate(STEPS_07)}
+    header, rows = climb.climb_measured_rows(climb.Timings(_timed(us)))
+    assert len(rows) == len(STEPS_07) - 1 and len(header) == 1 + len(climb.TARGETS)
+    assert rows[0][0] == "7.2 over 7.1" and rows[0][1] == f"{us['07_mma_longest_first'] / us['07_mma_plain']:.2f}x"
+    assert rows[-1][0] == "7.6 over 7.5" and rows[-1][1] == f"{(100 / 6) / (100 / 5):.2f}x"
+
+
+def test_a_steps_page_shows_its_diff_and_its_code():
+    from attnlab.book import climb
+
+    block = climb.diff_block("7.3")
+    assert "```diff\n--- 7.2 07_mma_longest_first\n+++ 7.3 07_mma_single_buffer" in block
+    assert f"{steps.changed_lines(steps.step_diff('7.2', '7.3'))} changed lines" in block
+    drop = climb.code_dropdown("7.1")
+    assert drop.startswith("::::{dropdown}") and "```cuda\n// SWIZZLE = false" in drop and drop.endswith("::::")
+
+
+def _ahead(kernel_id: str) -> list[int]:
+    """For each key tile warp 0 of the traced CTA reads at the mission shape: how many tiles past
+    it its copies have been issued by then."""
+    from attnlab.book.executor_view import pipeline_tiles
+    from attnlab.executor.trace import trace
+    from attnlab.shapes import MISSION
+
+    cells = pipeline_tiles(trace(kernel_id, MISSION, False))
+    steps = sorted(s for w, s in cells if w == 0)
+    out = []
+    for s in steps:
+        for tile in cells[0, s][1]:
+            issued = max(g for w, s2 in cells if w == 0 and s2 < s for g in cells[0, s2][0])
+            out.append(issued - tile)
+    return out
+
+
+def test_the_executor_sees_step_7_4_copy_a_tile_ahead_and_7_3_not():
+    single, double = _ahead("07_mma_single_buffer"), _ahead("07_mma_two_barriers")
+    assert len(single) == len(double) == 8  # the mission shape's 512 keys in 64-key tiles
+    assert single == [0] * 8, "one stage: nothing is copied before the tile it reads is done"
+    assert double == [1] * 7 + [0], "two stages: the next tile is in flight while this one is read"
+
+
+def test_the_model_sees_the_launch_order_only_where_the_mask_makes_ctas_unequal():
+    from attnlab.book import predicted
+    from attnlab.shapes import MISSION
+
+    def l4(kid, causal):
+        return predicted.predictions(kid, MISSION, causal, ("L4",))["L4"].time_us
+
+    assert l4("07_mma_longest_first", True) < l4("07_mma_plain", True)
+    assert l4("07_mma_longest_first", False) == pytest.approx(l4("07_mma_plain", False))
