@@ -763,24 +763,33 @@ def _stage_of(regions: list[tuple[int, int]], offsets) -> np.ndarray:
     return np.where(ok, idx, -1)
 
 
+def _stage_events(t: Trace, launch: int = 0):
+    """The traced CTA's accesses of its ring stages: copies as (warp, step, stage, commit group)
+    and reads (ldmatrix rows, shared loads, WMMA fragment loads) as (warp, step, stage), each a
+    list in program order; None when the kernel has no stages."""
+    regions = stage_regions(t, launch)
+    if not regions:
+        return None
+    ev = t.launches[launch].events
+    cp = ev[ev["kind"] == EVENT_KINDS.index("cp.async")]
+    reads = ev[(ev["buffer"] == -1) & (ev["write"] == 0) &
+               np.isin(ev["kind"], [EVENT_KINDS.index("access"), EVENT_KINDS.index("ldmatrix")])]
+    copies = [c for c in zip(cp["warp"].tolist(), cp["step"].tolist(), _stage_of(regions, cp["offset"]).tolist(),
+                             cp["arg"].tolist()) if c[2] >= 0]
+    read = [r for r in zip(reads["warp"].tolist(), reads["step"].tolist(),
+                           _stage_of(regions, reads["offset"]).tolist()) if r[2] >= 0]
+    return copies, read
+
+
 def pipeline_events(t: Trace, launch: int = 0) -> dict[tuple[int, int], tuple[set, set]]:
     """(warp, step) -> (stages it issued cp.async copies into, stages it read from shared memory):
     reads are ldmatrix rows, shared loads and WMMA fragment loads whose bytes fall in a stage."""
-    regions = stage_regions(t, launch)
-    ev = t.launches[launch].events
-    if not regions:
-        return {}
-
+    events = _stage_events(t, launch)
     out: dict[tuple[int, int], tuple[set, set]] = {}
-    cp = ev[ev["kind"] == EVENT_KINDS.index("cp.async")]
-    for w, s, st in zip(cp["warp"], cp["step"], _stage_of(regions, cp["offset"])):
-        if st >= 0:
-            out.setdefault((int(w), int(s)), (set(), set()))[0].add(int(st))
-    reads = ev[(ev["buffer"] == -1) & (ev["write"] == 0) &
-               np.isin(ev["kind"], [EVENT_KINDS.index("access"), EVENT_KINDS.index("ldmatrix")])]
-    for w, s, st in zip(reads["warp"], reads["step"], _stage_of(regions, reads["offset"])):
-        if st >= 0:
-            out.setdefault((int(w), int(s)), (set(), set()))[1].add(int(st))
+    for w, s, st, _ in (events[0] if events else ()):
+        out.setdefault((w, s), (set(), set()))[0].add(st)
+    for w, s, st in (events[1] if events else ()):
+        out.setdefault((w, s), (set(), set()))[1].add(st)
     return out
 
 
@@ -813,30 +822,45 @@ def ring_ops(t: Trace, warp: int, launch: int = 0) -> list[tuple]:
     return out
 
 
-def pipeline_figure(t: Trace, title: str | None = None, launch: int = 0):
-    """Per warp and step (block barriers passed) of the traced CTA: the K/V stages it issues cp.async
-    copies into (upper half of the cell) and the stages it reads (lower half). An order of events,
-    not a time axis."""
-    if t is None:
-        return None
+def pipeline_tiles(t: Trace, launch: int = 0) -> dict[tuple[int, int], tuple[set, set]]:
+    """pipeline_events with key tiles instead of stages: (warp, step) -> (the tiles it issued
+    copies of, the tiles it read). A copy's tile is its cp.async commit group (one group per key
+    tile, in order; Q rides in the first), a read's the last tile its warp copied into that stage."""
+    events = _stage_events(t, launch)
+    out: dict[tuple[int, int], tuple[set, set]] = {}
+    filled: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (warp, stage) -> [(step, tile)]
+    for w, s, st, group in (events[0] if events else ()):
+        out.setdefault((w, s), (set(), set()))[0].add(group)
+        filled.setdefault((w, st), []).append((s, group))
+    for w, s, st in (events[1] if events else ()):
+        tiles = [g for step, g in filled.get((w, st), ()) if step < s]
+        if tiles:
+            out.setdefault((w, s), (set(), set()))[1].add(max(tiles))
+    return out
+
+
+def _draw_pipeline(ax, t: Trace, launch: int = 0, tiles: bool = False) -> list:
+    """pipeline_figure's drawing on one axis; the legend's handles (one per stage). `tiles`: label
+    each copy and read with its key tile (coloured by stage) instead of its stage."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch, Rectangle
 
-    cells = pipeline_events(t, launch)
+    cells = pipeline_tiles(t, launch) if tiles else pipeline_events(t, launch)
+    stage_of_tile = {group: st for _, _, st, group in (_stage_events(t, launch) or ((), ()))[0]}
     regions = stage_regions(t, launch)
     c = t.launches[launch]
     warps = int(np.prod(c.block)) // 32
     steps = int(c.events["step"].max(initial=0)) + 1
     palette = plt.get_cmap("Set2").colors
-    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 0.42 * warps + 1.5))
     for (w, s), (copies, reads) in cells.items():
-        for top, (letter, stages) in ((w - 0.45, ("c", copies)), (w, ("r", reads))):  # (y grows downward)
-            stages = sorted(stages)
-            for i, st in enumerate(stages):
-                width = 0.9 / len(stages)
+        for top, (letter, items) in ((w - 0.45, ("c", copies)), (w, ("r", reads))):  # (y grows downward)
+            items = sorted(items)
+            for i, item in enumerate(items):
+                st = stage_of_tile[item] if tiles else item
+                width = 0.9 / len(items)
                 ax.add_patch(Rectangle((s - 0.45 + i * width, top), width, 0.43, fc=palette[st % len(palette)],
                                        ec="white", lw=0.4))
-                ax.text(s - 0.45 + (i + 0.5) * width, top + 0.215, f"{letter}{st}", ha="center", va="center",
+                ax.text(s - 0.45 + (i + 0.5) * width, top + 0.215, f"{letter}{item}", ha="center", va="center",
                         fontsize=5.5)
     ax.set_xlim(-0.6, steps - 0.4)
     ax.set_ylim(warps - 0.5, -0.5)
@@ -844,12 +868,51 @@ def pipeline_figure(t: Trace, title: str | None = None, launch: int = 0):
     ax.set_yticklabels([f"warp {w}" for w in range(warps)], fontsize=7)
     ax.set_xlabel("step: block barriers passed (an order of events, not time)", fontsize=8)
     ax.tick_params(axis="x", labelsize=7)
-    handles = [Patch(fc=palette[i % len(palette)], label=f"stage {i}: shared bytes {lo:,}-{hi:,}")
-               for i, (lo, hi) in enumerate(regions)]
+    return [Patch(fc=palette[i % len(palette)], label=f"stage {i}: shared bytes {lo:,}-{hi:,}")
+            for i, (lo, hi) in enumerate(regions)]
+
+
+def pipeline_figure(t: Trace, title: str | None = None, launch: int = 0):
+    """Per warp and step (block barriers passed) of the traced CTA: the K/V stages it issues cp.async
+    copies into (upper half of the cell) and the stages it reads (lower half). An order of events,
+    not a time axis."""
+    if t is None:
+        return None
+    import matplotlib.pyplot as plt
+
+    warps = int(np.prod(t.launches[launch].block)) // 32
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 0.42 * warps + 1.5))
+    handles = _draw_pipeline(ax, t, launch)
     ax.legend(handles=handles, fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=max(1, len(handles)),
               frameon=False)
-    ax.set_title(title or f"{t.kernel}, CTA {c.traced_block}: cN = cp.async copies into stage N (upper half), "
-                          "rN = reads of stage N (lower half)", fontsize=8.5)
+    ax.set_title(title or f"{t.kernel}, CTA {t.launches[launch].traced_block}: cN = cp.async copies into stage N "
+                          "(upper half), rN = reads of stage N (lower half)", fontsize=8.5)
+    fig.tight_layout()
+    return fig
+
+
+def pipeline_pair(before: Trace, after: Trace, steps: int | None = None):
+    """pipeline_figure of two kernels, one above the other on the same step axis, each copy and read
+    labelled with its key tile (the first `steps` steps, all of the longer by default): how a change
+    of the loop moves copies and reads between the barriers."""
+    if before is None or after is None:
+        return None
+    import matplotlib.pyplot as plt
+
+    warps = max(int(np.prod(t.launches[0].block)) // 32 for t in (before, after))
+    fig, axes = plt.subplots(2, 1, figsize=(FIGURE_WIDTH, 2 * (0.36 * warps + 1.0) + 0.6), sharex=True)
+    handles = []
+    for ax, t in zip(axes, (before, after)):
+        h = _draw_pipeline(ax, t, tiles=True)
+        handles = h if len(h) > len(handles) else handles
+        ax.set_title(f"{t.kernel}, CTA {t.launches[0].traced_block}", fontsize=8)
+    longest = max(int(t.launches[0].events["step"].max(initial=0)) + 1 for t in (before, after))
+    axes[-1].set_xlim(-0.6, (steps or longest) - 0.4)
+    axes[0].set_xlabel("")
+    axes[-1].legend(handles=handles, fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.35),
+                    ncol=max(1, len(handles)), frameon=False)
+    fig.suptitle("cN = cp.async copies of key tile N issued (upper half of a cell), rN = reads of key tile N "
+                 "(lower half); colour: the stage", fontsize=8.5)
     fig.tight_layout()
     return fig
 
@@ -919,12 +982,15 @@ def page_traces() -> list[tuple]:
     from ..model.bounds import PREDICTED_GPUS
     from .scoreboard import chapter_kernels
 
+    from ..kernels.registry import STEPS_07
+
     chapters = list(chapter_kernels().values())
-    out = [(k, tuple(MISSION), False, None, None) for k in chapters + ["07_mma_noswizzle"]]
+    steps = [s.kernel_id for s in STEPS_07 if s.kernel_id not in chapters]
+    out = [(k, tuple(MISSION), False, None, None) for k in chapters + steps]
     for key in PREDICTED_GPUS:
         g = by_key(key)
-        out += [(k, tuple(MISSION), False, g.arch, g.sms) for k in chapters]
-        out.append(("07_mma", tuple(MISSION), True, g.arch, g.sms))
+        out += [(k, tuple(MISSION), False, g.arch, g.sms) for k in chapters + steps]
+        out += [(k, tuple(MISSION), True, g.arch, g.sms) for k in ("07_mma", *steps[:2])]  # 7.2's launch order
     return out
 
 

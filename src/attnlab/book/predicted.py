@@ -187,3 +187,35 @@ def grid_fill_figure(kernel_id: str, shape: Shape = MISSION, gpus=PREDICTED_GPUS
                  "time (blue: an SM's first CTA; orange: those after it)", fontsize=8)
     fig.tight_layout()
     return fig
+
+
+@_without_executor
+def launch_order_figure(kernel_ids, gpu: str = "L4", shape: Shape = MISSION, causal: bool = True):
+    """Per SM, the CTAs of each kernel's grid as the model places them (in launch order, each on
+    the SM with the least work so far), stacked, each as tall as its predicted time: side by side,
+    the same work launched in two orders. The SM that finishes last sets the time."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from ..gpus import by_key
+    from .executor_view import FIGURE_WIDTH
+
+    sms = by_key(gpu).sms
+    fig, axes = plt.subplots(1, len(kernel_ids), figsize=(FIGURE_WIDTH, 3.0), sharey=True, squeeze=False)
+    colors = plt.get_cmap("viridis")
+    for ax, kid in zip(axes[0], kernel_ids):
+        owner, us, grid = grid_fill(kid, gpu, shape, causal)
+        base = np.zeros(sms)
+        for sm, h in zip(owner, us):
+            ax.bar(sm, h, bottom=base[sm], width=0.9, color=colors(h / us.max()), edgecolor="white", linewidth=0.3)
+            base[sm] += h
+        ax.axhline(base.max(), color="black", lw=0.8, ls=":")
+        ax.set_title(f"{kid}: the busiest SM's CTAs take {base.max():.1f} µs (predicted)", fontsize=7.5)
+        ax.set_xlim(-1, sms)
+        ax.set_xlabel("SM", fontsize=7.5)
+        ax.tick_params(labelsize=6.5)
+    axes[0][0].set_ylabel("µs predicted, stacked CTAs", fontsize=7)
+    fig.suptitle(f"{gpu}, {shape.label()}{', causal' if causal else ''}: each CTA on the SM with the least work "
+                 "so far, in launch order; colour and height: its predicted time", fontsize=8)
+    fig.tight_layout()
+    return fig

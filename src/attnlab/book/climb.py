@@ -1,0 +1,171 @@
+"""Chapter 7's pages in steps: what the overview and each step page share.
+
+The steps themselves (kernel ids, techniques, pages) are the registry's STEPS_07; their code and
+diffs come from attnlab.kernels.steps. Here: the chapter's target shapes, the step's diff as a
+highlighted block, the timings of a step against the step before it (from a GPU record, never
+written by hand), and the climb at a glance for the overview page.
+"""
+from __future__ import annotations
+
+from ..gpus import by_key, floor
+from ..kernels import steps as code
+from ..kernels.registry import STEPS_07, Step
+from ..shapes import CH07_TARGET_SHAPES, MISSION, Shape
+from . import measured
+
+STEP_IDS = [s.kernel_id for s in STEPS_07]
+SPLITS = ["07_mma_split2", "07_mma_split4"]          # two of the launcher's choices, fixed
+ABLATIONS = ["07_mma_noswizzle", "07_mma_split_ctas"]  # the last kernel with one thing changed
+EARLIER = ["06_warp_specialized", "05_wmma"]          # the chapters it replaces
+# The chapter's goal at each of its target shapes (CH07_TARGET_SHAPES, in order): a ratio to the
+# fastest SDPA backend of the same run at the mission shape, to SDPA's flash backend at the long ones.
+GOALS = (("fastest", 1.5), ("flash", 1.0), ("flash", 0.8))
+TARGET_SHAPES = list(CH07_TARGET_SHAPES)
+# (shape, causal, baseline, factor): every goal, causal and not
+TARGETS = [(s, c, base, factor) for s, (base, factor) in zip(TARGET_SHAPES, GOALS, strict=True) for c in (False, True)]
+MISSING = "not timed"  # a kernel a record holds no time for (a failed check is never timed)
+
+
+def step(number_or_id: str) -> Step:
+    return code._step(number_or_id)
+
+
+def case_name(shape: Shape, causal: bool) -> str:
+    return f"{shape.label()}{' causal' if causal else ''}"
+
+
+def floor_cell(shape: Shape, gpu, causal: bool) -> str:
+    f = floor(shape, gpu, causal)
+    return f"{measured.fmt_us(f.us)} ({f.bound})"
+
+
+def diff_block(number: str) -> str:
+    """The step's diff against the step before, as a highlighted MyST block."""
+    s = step(number)
+    before = code.previous(s)
+    diff = code.step_diff(before, s)
+    n = code.changed_lines(diff)
+    return (f"The diff from step {before.number} (`{before.kernel_id}`), {n} changed lines, generated from "
+            f"`kernels/07_mma_swizzle.cu` with each step's switches:\n\n```diff\n{diff}```")
+
+
+def code_dropdown(number: str) -> str:
+    """The step's whole kernel, as the compiler sees it with the step's switches, in a dropdown."""
+    s = step(number)
+    return (f"::::{{dropdown}} The kernel of step {s.number} (`{s.kernel_id}`), with its switches applied\n"
+            f"```cuda\n{code.step_source(s)}```\n::::")
+
+
+class Timings:
+    """The rows of one bench record (or none), read as chapter 7's pages read them."""
+
+    def __init__(self, rec: dict | None):
+        self.rec = rec
+        self.rows = measured.record_rows(rec) if rec else []
+        self.label = measured.record_label(rec) if rec else None
+
+    def row(self, kid: str, shape: Shape, causal: bool) -> dict | None:
+        return next((r for r in self.rows if r["kernel"] == kid and tuple(r["shape"]) == tuple(shape)
+                     and r["causal"] == causal), None)
+
+    def ratio(self, kid: str, other: str, shape: Shape, causal: bool) -> float | None:
+        """`kid`'s time over `other`'s, same run (> 1: kid is slower)."""
+        a, b = self.row(other, shape, causal), self.row(kid, shape, causal)
+        return b["median_us"] / a["median_us"] if a and b else None
+
+    def sentence(self, kid: str, other: str, what: str, cases=None) -> str | None:
+        """**Measured.** `what` over `other` at each case, or None without a record."""
+        if self.label is None:
+            return None
+        parts = [f"{x:.2f}x at {case_name(s, c)}" for s, c in (cases or [(s, c) for s, c, _, _ in TARGETS])
+                 if (x := self.ratio(kid, other, s, c)) is not None]
+        if not parts:
+            return None
+        return f"**Measured.** On {self.label}, {what} took " + ", ".join(parts) + f" the time of `{other}`."
+
+    def step_sentence(self, number: str) -> str | None:
+        s = step(number)
+        before = code.previous(s)
+        return self.sentence(s.kernel_id, before.kernel_id,
+                             f"step {s.number} (`{s.kernel_id}`)")
+
+
+def measured_or(text: str | None, without: str) -> str:
+    """The measured sentence, or what the page can say without one (never a number of time)."""
+    return text if text is not None else f"**Not measured here.** {without}"
+
+
+def _traces_and_predictions():
+    from ..executor.trace import trace
+    from ..model.bounds import PREDICTED_GPUS, predict
+
+    traces = {kid: trace(kid, MISSION, False) for kid in STEP_IDS}
+    preds = {kid: {g: predict(kid, MISSION, False, g) for g in PREDICTED_GPUS} for kid in STEP_IDS}
+    return traces, preds
+
+
+def climb_rows(traces: dict, preds: dict) -> tuple[list[str], list[list]]:
+    """The climb at a glance: per step, what it adds, what the executor counted of its launch at
+    the mission shape (block barriers met per warp, extra bank wavefronts) and the model's
+    prediction from those counts on each GPU it predicts for."""
+    gpus = list(next(iter(preds.values())))
+    header = ["step", "adds", "barriers", "extra wavefronts", *(f"{g}, predicted" for g in gpus)]
+    rows = []
+    for s in STEPS_07:
+        tot = traces[s.kernel_id].totals()
+        rows.append([f"{s.number} `{s.kernel_id}`", s.technique, f"{tot['barriers']:,}",
+                     f"{tot['shared_excess_wavefronts']:,}",
+                     *(measured.fmt_us(preds[s.kernel_id][g].time_us) for g in gpus)])
+    return header, rows
+
+
+def climb_table() -> None:
+    """Show the climb at a glance (counted and predicted at the mission shape; no time measured)."""
+    from .page import md_table
+    from .predicted import _without_executor
+
+    @_without_executor
+    def show():
+        traces, preds = _traces_and_predictions()
+        print(f"Counted on the CPU executor at {MISSION.label()} (every CTA; counts, never times), and predicted "
+              "from those counts by the book's time model (predictions, not measurements):")
+        md_table(*climb_rows(traces, preds))
+    show()
+
+
+def climb_figure():
+    """Each step's predicted time on each GPU the model predicts for (predicted.climb_figure)."""
+    from .predicted import climb_figure as figure
+
+    return figure(STEP_IDS)
+
+
+def climb_measured_rows(timings: Timings) -> tuple[list[str], list[list]]:
+    """Per step, its time over the step before's at each target case, from one record."""
+    cases = [(s, c) for s, c, _, _ in TARGETS]
+    header = ["step", *(case_name(s, c) for s, c in cases)]
+    rows = []
+    for s in STEPS_07[1:]:
+        before = code.previous(s)
+        rows.append([f"{s.number} over {before.number}",
+                     *((f"{x:.2f}x" if (x := timings.ratio(s.kernel_id, before.kernel_id, sh, c)) is not None
+                        else MISSING) for sh, c in cases)])
+    return header, rows
+
+
+def glue_climb_measured(timings: Timings) -> None:
+    """The climb as measured: a table of each step's time over the step before's, or, without a
+    record, the sentence that says where it will be."""
+    from .page import glue_md, md_table
+
+    if timings.label is None:
+        glue_md("ch07_climb_measured", "Each step's page gives its time against the step before where a GPU record "
+                                       "holds both; without one, the climb above is counted and predicted only.")
+        return
+    glue_md("ch07_climb_measured", f"**Measured.** On {timings.label}, each step's time over the step before's, in "
+                                   "the same run (below 1: the step made the kernel faster):")
+    md_table(*climb_measured_rows(timings))
+
+
+def l4():
+    return by_key("L4")
