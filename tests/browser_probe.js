@@ -45,6 +45,13 @@ window.addEventListener("load", function () {
       brokenWords.push({cell: (cell.textContent || "").trim().slice(0, 80), words: broken, table: where});
     }
   });
+  // Tables a reader sees without opening anything (not inside a closed dropdown), by body rows.
+  var tables = Array.prototype.filter.call(article.querySelectorAll("table"), function (t) {
+    return t.checkVisibility ? t.checkVisibility() : t.getClientRects().length > 0;
+  }).map(function (t) {
+    return {rows: t.querySelectorAll("tbody tr").length,
+            head: ((t.querySelector("th") || {}).textContent || "").trim().slice(0, 40)};
+  });
   var question = document.querySelector("div.admonition.question");
   var probe = {
     page_wider_than_window: document.documentElement.scrollWidth > window.innerWidth + 1,
@@ -52,6 +59,8 @@ window.addEventListener("load", function () {
     wide_tables: wideTables,
     broken_words: brokenWords,
     images: images,
+    height: document.documentElement.scrollHeight,
+    tables: tables,
     text: article.innerText,
     question: question ? {text: question.innerText, top: question.getBoundingClientRect().top + window.scrollY} : null
   };

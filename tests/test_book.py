@@ -411,6 +411,10 @@ def _run_chromium(binary: str, args: list[str], tmp_path: Path, window: str = "1
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
+# Chapter 7's overview and step pages at the reader's width: no page taller, no table a reader sees
+# without opening a dropdown longer (its rows, the header not counted).
+CH07_MAX_HEIGHT_PX = 12_000
+CH07_MAX_TABLE_ROWS = 12
 READER_WINDOW = (1200, 900)  # a laptop's browser window: the width every page must fit, its first screen
 
 
@@ -444,6 +448,7 @@ def test_probe_sees_what_the_page_test_looks_for(tmp_path):
                     '<div style="overflow-x: auto; width: 200px"><table><tr>'
                     '<td style="white-space: nowrap">' + "wide " * 80 + "</td></tr></table></div>"
                     '<img src="missing.png"><div style="height: 1500px"></div>'
+                    '<details><summary>closed</summary><table><tr><td>a</td></tr><tr><td>b</td></tr></table></details>'
                     '<div class="admonition question">Question. Prediction.</div></article></body></html>')
     seen = probe_page(browser, page, tmp_path)
     assert len(seen["clipped"]) == 1 and seen["clipped"][0].startswith("pre")
@@ -453,13 +458,16 @@ def test_probe_sees_what_the_page_test_looks_for(tmp_path):
     assert broken["LDGSTS"] == ["LDGSTS"] and "short" in broken["short name"]
     assert seen["images"] == [{"src": "missing.png", "loaded": False}]
     assert seen["question"]["top"] > READER_WINDOW[1]
+    assert seen["height"] > 1500
+    assert [t["rows"] for t in seen["tables"]] == [1, 1], "the table in the closed dropdown is not seen"
 
 
 def test_pages_read_at_reader_width(built, tmp_path):
     """Every page of the book at 1,200 px: no code or output clipped or scrolling sideways, no
     table cell broken inside a word (a table wider than the column scrolls inside its wrapper
     instead, never the page), every figure loaded, no word of a brief; each chapter's first screen
-    holds its question and its prediction."""
+    holds its question and its prediction; chapter 7's pages stay under CH07_MAX_HEIGHT_PX, with
+    no table in sight over CH07_MAX_TABLE_ROWS rows."""
     browser = require_browser()
     problems = []
     for page in run_book.toc_files():
@@ -473,6 +481,11 @@ def test_pages_read_at_reader_width(built, tmp_path):
         problems += [f"{name}: figure {i['src']} did not load" for i in seen["images"] if not i["loaded"]]
         if re.search(r"\bbriefs?\b", seen["text"], re.I):
             problems.append(f"{name}: speaks of a brief")
+        if name.startswith("ch07"):  # chapter 7 in steps: each page read in one sitting
+            if seen["height"] > CH07_MAX_HEIGHT_PX:
+                problems.append(f"{name}: {seen['height']} px tall, over {CH07_MAX_HEIGHT_PX}")
+            problems += [f"{name}: a table of {t['rows']} rows (headed {t['head']!r}), over {CH07_MAX_TABLE_ROWS}"
+                         for t in seen["tables"] if t["rows"] > CH07_MAX_TABLE_ROWS]
         if re.fullmatch(r"ch\d\d_\w+", name):
             q = seen["question"]
             if q is None or "Question" not in q["text"] or "Prediction" not in q["text"]:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from attnlab.book import fragments, kernel_view, measured, page, swizzle
-from attnlab.kernels.registry import _MMA07_BLOCK_M, _MMA07_BLOCK_N, get
+from attnlab.kernels.registry import _MMA07_BLOCK_M, _MMA07_BLOCK_N, STEPS_07, get
 from attnlab.shapes import Shape
 
 
@@ -132,7 +132,7 @@ def test_the_lane_map_reads_at_the_books_column_width():
     assert fragments.smallest_text_px(old, page.FIGURE_DPI) < fragments.READABLE_PX
     plt.close(old)
 
-    nb = nbformat.read(ROOT / "book" / "ch07_mma_swizzle.ipynb", as_version=4)
+    nb = nbformat.read(ROOT / "book" / "ch07_1_mma.ipynb", as_version=4)
     shown = [out for c in nb.cells if c.cell_type == "code" and "mma_fragment_figure(" in c.source
              for out in c.outputs if "image/png" in out.get("data", {})]
     assert len(shown) == 1
@@ -140,12 +140,13 @@ def test_the_lane_map_reads_at_the_books_column_width():
 
 
 # Chapter 7's sentences that point at a measurement: a paragraph that names a table, a figure or a
-# "Measurement with it off" lives in a glued paragraph that the page's code writes only where the
-# record it points at exists; without one, the glue says what is true without it.
+# measured ratio lives in a glued paragraph that the page's code writes only where the record it
+# points at exists; without one, the glue says what is true without it.
 POINTERS = ("Measurement with it off", "the table below", "The table below", "Where a record exists", "**Measured.**")
-# the glued paragraphs that must read in both modes (the record's sentence, or one true without it)
-ALWAYS = ("ch07_ablations", "ch07_t1_off", "ch07_noswizzle", "ch07_single", "ch07_t4_off", "ch07_causal_measured",
-          "ch07_two_barriers", "ch07_split_measured", "ch07_cta_measured", "ch07_targets_intro")
+# per page of the chapter, the glued paragraphs that must read in both modes (the record's
+# sentence, or one true without it)
+ALWAYS = {"ch07_mma_swizzle": ("ch07_climb_measured", "ch07_targets_intro"),
+          **{s.page: (f"ch07_{s.number[2:]}_measured",) for s in STEPS_07}}
 
 
 def _page_glue(nb) -> dict[str, str]:
@@ -160,25 +161,40 @@ def _page_glue(nb) -> dict[str, str]:
     return glued
 
 
-def test_chapter_7_points_only_at_what_the_page_shows():
+def test_chapter_7s_pages_are_the_overview_and_its_steps_in_order():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    import run_book
+
+    pages = [Path(f).name for f in run_book.toc_files()]
+    at = pages.index("ch07_mma_swizzle")
+    assert pages[at + 1:at + 1 + len(STEPS_07)] == [s.page for s in STEPS_07]
+    assert set(ALWAYS) == {p for p in pages if p.startswith("ch07")}
+
+
+@pytest.mark.parametrize("name", sorted(ALWAYS))
+def test_chapter_7_points_only_at_what_the_page_shows(name):
     import re
 
     import nbformat
 
-    nb = nbformat.read(ROOT / "book" / "ch07_mma_swizzle.ipynb", as_version=4)
+    nb = nbformat.read(ROOT / "book" / f"{name}.ipynb", as_version=4)
     prose = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     for phrase in POINTERS:
         assert phrase not in prose, f"{phrase!r} is typed in the prose: glue it where its target is"
     glued = _page_glue(nb)
     blocks = re.findall(r"\{glue:md\} (\w+)", prose)
     assert set(blocks) <= set(glued), set(blocks) - set(glued)
-    for name in ALWAYS:
-        assert name in blocks and glued[name].strip(), f"{name}: empty, so its section ends on nothing"
+    texts = set(re.findall(r"\{glue:text\}`(\w+)`", prose))
+    assert texts <= set(glued), texts - set(glued)
+    for block in ALWAYS[name]:
+        assert block in blocks and glued[block].strip(), f"{block}: empty, so its section ends on nothing"
     top = "\n".join(out.get("data", {}).get("text/markdown", "") for out in nb.cells[2].outputs)
     if "No time on this page is measured yet" in top:  # no record: nothing may point at one
-        for name in blocks:
+        for block in blocks:
             for phrase in POINTERS:
-                assert phrase not in glued[name], f"{name} points at a measurement the page lacks: {glued[name]!r}"
+                assert phrase not in glued[block], f"{block} points at a measurement the page lacks: {glued[block]!r}"
         shown = [out["data"]["text/markdown"] for c in nb.cells if c.cell_type == "code"
                  for out in c.outputs if "text/markdown" in out.get("data", {})]
         assert not any("07_mma / floor" in t or "fastest SDPA" in t for t in shown), "a table of times without a record"

@@ -16,7 +16,7 @@ import pytest
 from attnlab.session import carry, stages
 from attnlab.kernels import registry
 from attnlab.paths import repo_root
-from attnlab.shapes import CH07_TARGET_SHAPES, MISSION, Shape
+from attnlab.shapes import CH07_TARGET_SHAPES, Shape
 
 ROOT = repo_root()
 
@@ -65,19 +65,22 @@ def test_bench_times_only_probed_kernels_at_chapter_7s_own_target_shapes():
     timed = [s for s in steps if s.name.startswith("bench-")]
     assert timed and all("--only-probed" in s.argv for s in timed)
     assert steps.index(timed[0]) > max(steps.index(p) for p in probes)
-    # The shapes chapter 7 plots are the ones the stage times.
-    nb = json.loads((ROOT / "book" / "ch07_mma_swizzle.ipynb").read_text())
-    cell = next("".join(c["source"]) for c in nb["cells"] if "TARGETS = [" in "".join(c["source"]))
-    page = {MISSION} | {Shape(*map(int, m)) for m in re.findall(r"Shape\((\d+), (\d+), (\d+), (\d+)\)", cell)}
-    assert page == set(CH07_TARGET_SHAPES)
+    # The shapes chapter 7's pages time are the ones the stage times, and so are their kernels.
+    from attnlab.book import climb
+
+    assert climb.TARGET_SHAPES == list(CH07_TARGET_SHAPES)
     argv = next(s.argv for s in timed if s.name == "bench-ch07-targets")
     given = {Shape(*map(int, argv[i + 1:i + 5])) for i, a in enumerate(argv) if a == "--shape"}
     assert given == set(CH07_TARGET_SHAPES)
-    # and the kernels the page times there (IDS + SPLITS + EARLIER), so the stage's record covers it
-    cell = next("".join(c["source"]) for c in nb["cells"] if "IDS = [" in "".join(c["source"]))
-    page_ids = set(re.findall(r'"(0\d_\w+)"', cell.split("spec = get(")[0]))
-    assert page_ids == set(stages.CH07_TARGET_KERNELS) == {a for a in argv if re.fullmatch(r"0\d_\w+", a)}
-    assert {s.id for s in registry.select(None) if s.chapter == 7} <= page_ids
+    timed_by_pages = set()
+    for nb_path in sorted((ROOT / "book").glob("ch07*.ipynb")):
+        nb = json.loads(nb_path.read_text())
+        for cell in ("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"):
+            for call in re.findall(r"page\.bench_at\((.*?), (?:climb\.)?TARGET_SHAPES", cell, re.S):
+                assert "TARGET_SHAPES" in cell
+                timed_by_pages |= set(eval(call, {"climb": climb}))  # the list the page passes
+    assert timed_by_pages == set(stages.CH07_TARGET_KERNELS) == {a for a in argv if re.fullmatch(r"0\d_\w+", a)}
+    assert {s.id for s in registry.select(None) if s.chapter == 7} <= timed_by_pages
 
 
 def test_book_and_extras_execute_every_page_once_reusing_records():
