@@ -40,7 +40,7 @@
 //   softmax's row reductions per key; a third stage only hides what the second mostly hides.
 //   Registers: about 155 (D = 64), 190 (D = 128, 32-key tiles) and 230 (64-key tiles) per thread,
 //   within the 255 that two CTAs of 128 threads may hold; MIN_CTAS_PER_SM tells ptxas so.
-//   Single-buffer ablation: 1 stage, 24 KB (D = 64) / 32 KB (D = 128; 48 KB with 64-key tiles).
+//   One stage (steps 7.1 to 7.3): 24 KB (D = 64) / 32 KB (D = 128; 48 KB with 64-key tiles).
 //
 // Filling the GPU: the keys split inside the CTA (KV_SPLIT). At the mission shape (1, 8, 512, 64)
 // 64-row query tiles make 8 x 8 = 64 CTAs: enough for an L4's 58 SMs, half of an H100's 132.
@@ -234,9 +234,10 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
         }
     }
 
-    // Prologue: Q, then the first STAGES - 1 key tiles, one commit group per tile (Q rides in the
-    // first; with one stage, in the loop's first). A group is committed even when its tile is past
-    // the last, so that "all but the newest n groups" always names the same tiles.
+    // Prologue: Q and, with more than one stage, the first STAGES - 1 key tiles, one commit group
+    // per tile (Q rides in the first; with one stage, in the loop's first). A group is committed
+    // even when its tile is past the last, so that "all but the newest n groups" always names the
+    // same tiles.
     load_tile<D, BLOCK_M, SWIZZLE>(q_tile, q, q0, L, tid);
     if constexpr (STAGES > 1) {
 #pragma unroll

@@ -109,13 +109,13 @@ def climb_rows(traces: dict, preds: dict) -> tuple[list[str], list[list]]:
     the mission shape (block barriers met per warp, extra bank wavefronts) and the model's
     prediction from those counts on each GPU it predicts for."""
     gpus = list(next(iter(preds.values())))
-    header = ["step", "adds", "barriers", "extra wavefronts", *(f"{g}, predicted" for g in gpus)]
+    header = ["step", "adds", "block barriers met, all warps", "extra wavefronts", *(f"{g}, predicted" for g in gpus)]
     rows = []
     for s in STEPS_07:
         tot = traces[s.kernel_id].totals()
         rows.append([f"{s.number} `{s.kernel_id}`", s.technique, f"{tot['barriers']:,}",
                      f"{tot['shared_excess_wavefronts']:,}",
-                     *(measured.fmt_us(preds[s.kernel_id][g].time_us) for g in gpus)])
+                     *(f"{preds[s.kernel_id][g].time_us:,.1f} µs" for g in gpus)])
     return header, rows
 
 

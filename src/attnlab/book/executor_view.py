@@ -32,7 +32,7 @@ PAGE_COUNTS: tuple[tuple[str, str], ...] = (
     ("shared_excess_wavefronts", "extra wavefronts (bank conflicts)"),
     ("tensor_instructions", "tensor-core instructions (m16n8k16)"),
     ("exps", "exponentials"),
-    ("barriers", "block barriers (per warp)"),
+    ("barriers", "block barriers met (summed over warps)"),
     ("shuffles", "warp shuffles"),
     ("cp_async_bytes", "cp.async bytes"),
 )

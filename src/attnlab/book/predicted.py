@@ -184,7 +184,7 @@ def grid_fill_figure(kernel_id: str, shape: Shape = MISSION, gpus=PREDICTED_GPUS
             if row == 1:
                 ax.set_xlabel("SM", fontsize=7.5)
     fig.suptitle(f"{kernel_id} at {shape.label()}: where the launcher's CTAs land, each as tall as its predicted "
-                 "time (blue: an SM's first CTA; orange: those after it)", fontsize=8)
+                 "time (blue: an SM's first CTA; green: those after it)", fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -210,7 +210,8 @@ def launch_order_figure(kernel_ids, gpu: str = "L4", shape: Shape = MISSION, cau
             ax.bar(sm, h, bottom=base[sm], width=0.9, color=colors(h / us.max()), edgecolor="white", linewidth=0.3)
             base[sm] += h
         ax.axhline(base.max(), color="black", lw=0.8, ls=":")
-        ax.set_title(f"{kid}: the busiest SM's CTAs take {base.max():.1f} µs (predicted)", fontsize=7.5)
+        ax.set_title(f"{kid}: the busiest SM's CTAs take {base.max():.1f} µs, launch not included (predicted)",
+                     fontsize=7.5)
         ax.set_xlim(-1, sms)
         ax.set_xlabel("SM", fontsize=7.5)
         ax.tick_params(labelsize=6.5)

@@ -127,6 +127,10 @@ MUTANTS: tuple[Mutant, ...] = (
            ("07_mma_nosplit",),
            "one barrier per tile, but the prefetch is issued before it: it refills the stage of tile j-1 "
            "while slower warps still multiply it, and nothing publishes tile j"),
+    Mutant("07-epilogue-syncwarp", "07_mma_swizzle.cu",
+           "    __syncwarp();\n    float inv_l[2];", "    float inv_l[2];", ("07_mma_nosplit",),
+           "with one barrier per tile nothing orders the epilogue's staging of O after the lanes' ldmatrix "
+           "of the same Q rows (a CTA of one key tile: no later barrier does it either)"),
     Mutant("07-merge-barrier", "07_mma_swizzle.cu",
            _drop("        __syncthreads();  // the partials are written"), "",
            ("07_mma_split2",),

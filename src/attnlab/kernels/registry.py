@@ -786,7 +786,7 @@ STEPS_07: tuple[Step, ...] = (
     Step("7.1", "07_mma_plain", "mma.sync, ldmatrix and P in registers", "ch07_1_mma"),
     Step("7.2", "07_mma_longest_first", "The longest query tiles first", "ch07_2_longest_first"),
     Step("7.3", "07_mma_single_buffer", "The XOR swizzle", "ch07_3_swizzle"),
-    Step("7.4", "07_mma_two_barriers", "cp.async copies ahead of use", "ch07_4_pipeline"),
+    Step("7.4", "07_mma_two_barriers", "cp.async copies ahead of their use", "ch07_4_pipeline"),
     Step("7.5", "07_mma_nosplit", "One barrier per key tile", "ch07_5_one_barrier"),
     Step("7.6", "07_mma", "The keys split to fill the GPU", "ch07_6_key_split"),
 )

@@ -194,8 +194,11 @@ def _resolve_if(text: str, start: int, values: dict) -> tuple[str, int] | None:
             whole_start = above
     elif text[chosen[0]] == "{":
         replacement = _dedent_block(text[chosen[0]:chosen[1]], indent)
-    else:  # a single statement on the if's line, with its comment
-        replacement = indent + text[chosen[0]:_line_end(text, chosen[1])].lstrip()
+    else:  # a single statement on the if's line, with its comment unless that speaks of a switch
+        statement, comment = text[chosen[0]:chosen[1]], text[chosen[1]:_line_end(text, chosen[1])]
+        if re.search(rf"\b(?:{'|'.join(map(re.escape, values))})\b", comment):
+            comment = "\n"
+        replacement = indent + statement + comment
     return text[:whole_start] + replacement + text[whole_end:], whole_start
 
 
