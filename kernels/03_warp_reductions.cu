@@ -36,7 +36,8 @@ constexpr int MAX_D = 128;
 constexpr int VEC = 8;     // halves per 16-byte vector: the slice of D one lane owns
 static_assert(MAX_D / VEC <= 32, "a row's lanes fit in one warp");
 
-// Lanes per row: the smallest power of two G with G * VEC >= D (1..16). Mirrored in registry.py.
+// Lanes per row: the smallest power of two G with G * VEC >= D (1..16), as the registry's
+// chapters/ch03_warp_reductions.py computes it for the launch grid.
 __device__ __forceinline__ int lanes_per_row(int D) {
     int g = 1;
     while (g * VEC < D) g *= 2;

@@ -51,7 +51,7 @@ template <int D>
 constexpr int smem_bytes() {
     return 2 * Tiles<D, BLOCK_N>::KV_TILE_BYTES + Tiles<D, BLOCK_N>::WORK_BYTES;
 }
-// src/attnlab/kernels/registry.py computes the same numbers (its tests read them from here); a searched
+// src/attnlab/kernels/chapters/ch05_wmma.py computes the same numbers from this file's constants; a searched
 // configuration's sizes come from the registry's KernelSpec.with_config.
 #if !defined(ATTN_WMMA_BLOCK_M) && !defined(ATTN05_BLOCK_N)
 static_assert(smem_bytes<64>() == 62464, "dynamic smem at D = 64");

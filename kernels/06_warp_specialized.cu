@@ -70,18 +70,21 @@ struct Roles {
 // Keys per tile: 64 at D = 64 (as chapter 5), 32 at D = 128 (three stages of 64 would not fit).
 // Chapter 8's search (src/attnlab/gpu/search.py) sets both with -DATTN06_BLOCK_N_D64=... -DATTN06_BLOCK_N_D128=...
 #ifdef ATTN06_BLOCK_N_D64
-template <int D>
-constexpr int BLOCK_N = D == 64 ? ATTN06_BLOCK_N_D64 : ATTN06_BLOCK_N_D128;
+constexpr int BLOCK_N_D64 = ATTN06_BLOCK_N_D64;
+constexpr int BLOCK_N_D128 = ATTN06_BLOCK_N_D128;
 #else
-template <int D>
-constexpr int BLOCK_N = D == 64 ? 64 : 32;
+constexpr int BLOCK_N_D64 = 64;
+constexpr int BLOCK_N_D128 = 32;
 #endif
+template <int D>
+constexpr int BLOCK_N = D == 64 ? BLOCK_N_D64 : BLOCK_N_D128;
 
 template <int D, int STAGES>
 constexpr int smem_bytes() {
     return STAGES * 2 * Tiles<D, BLOCK_N<D>>::KV_TILE_BYTES + Tiles<D, BLOCK_N<D>>::WORK_BYTES;
 }
-// src/attnlab/kernels/registry.py computes the same numbers (its tests read them from here); a searched
+// src/attnlab/kernels/chapters/ch06_warp_specialized.py computes the same numbers from this file's
+// constants; a searched
 // configuration's sizes come from the registry's KernelSpec.with_config.
 #if !defined(ATTN_WMMA_BLOCK_M) && !defined(ATTN06_BLOCK_N_D64)
 static_assert(smem_bytes<64, 1>() == 62464 && smem_bytes<64, 2>() == 80896 &&

@@ -16,7 +16,7 @@
 // the part of the tile its warp group takes (below). Q is read from DRAM once, K and V once per
 // query tile (L2 serves the repeats).
 //
-// Tiles (per D; tests/test_model_07.py and the registry read these constants):
+// Tiles (per D; the registry, src/attnlab/kernels/chapters/ch07_mma.py, reads the constants below):
 //   WARPS = 4 warps per CTA, 16 query rows each. Grid (ceil(L / BLOCK_M), B*H); causal launches
 //   the longest query tiles first (blockIdx.x counts down) so the short ones fill the tail.
 //   D = 64:  BLOCK_N = 64.  Q 8 KB + 2 stages x (K 8 KB + V 8 KB)  = 40 KB: two CTAs per L4 SM.
@@ -28,7 +28,7 @@
 //            Q 16 KB + 2 x (K 8 KB + V 8 KB) = 48 KB (+ 1 KB reserved each) lets two in.
 //            FlashAttention-2 (run_mha_fwd_hdim128) takes 128 x 32 tiles on sm86/sm89 without
 //            the causal mask and 64 x 64 with it, 128 x 64 on sm80 and sm90. The launcher passes the tile of the GPU at hand as
-//            -DATTN07_BLOCK_N_D128=64 (registry._mma07_arch_tiles); the constants below are the
+//            -DATTN07_BLOCK_N_D128=64 (chapters.ch07_mma.arch_tiles); the constants below are the
 //            L4's, what this file compiles to on its own.
 //   (Q is BLOCK_M rows: the sizes above are KV_SPLIT = 1's; a split shrinks Q by the split.)
 //   Stages: 2 on the L4. Where a third K/V stage costs no resident CTA, the launcher passes
@@ -50,7 +50,7 @@
 // every tile but multiplies only its group's slice of it. After the loop the groups' (m, l, O)
 // of the same rows are merged through shared memory (the K/V stages, free by then) with the
 // online softmax's rescaling: no second kernel and no scratch buffer in global memory. The
-// launcher picks s from the shape and the SM count of the GPU at hand (registry.choose_kv_split).
+// launcher picks s from the shape and the SM count of the GPU at hand (chapters/ch07_mma.py: choose_kv_split).
 // The price: s times the CTAs re-read K and V (from L2), and the merge (two barriers, one pass
 // over O) per CTA.
 //
@@ -113,7 +113,7 @@ constexpr int BLOCK_N_D128 = 32;      // keys per tile at D = 128 on the L4 (see
 #endif
 // K/V stages per head dim: 2 on the L4 (sm_89, and sm_86) and sm_80, 3 on sm_90 (see the budget
 // above), passed by the launcher as -DATTN07_STAGES_D64=3 -DATTN07_STAGES_D128=3. FlashAttention-2's
-// route may take fewer where its partial kernel would spill (registry._MMA07_PARTIAL_TOPS).
+// route may take fewer where its partial kernel would spill (chapters.ch07_mma.PARTIAL_TOPS).
 #ifdef ATTN07_STAGES_D64
 constexpr int STAGES_D64 = ATTN07_STAGES_D64;
 #else
@@ -412,7 +412,7 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
         // and are read back by the same lane number. They reuse the K/V stages: (KV_SPLIT - 1) x
         // ROW_WARPS x 32 lanes x PART_WORDS floats after Q, fewer bytes than the stages with the
         // chapter's tiles; the launcher's shared memory covers the larger of the two
-        // (registry._mma07_smem) for every configuration chapter 8 may build.
+        // (chapters.ch07_mma.smem) for every configuration chapter 8 may build.
         constexpr int PART_WORDS = O_BLOCKS * 4 + 4;  // O, then m and l of rows g, g+8
         float* part = reinterpret_cast<float*>(smem + Q_BYTES);
         auto slot = [&](int grp, int word) -> float& {
@@ -505,7 +505,7 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
 
 // Whether KV_SPLIT groups can share a CTA of WARPS warps and a BLOCK_N-key tile: whole warps per
 // group and a slice of whole 16-key MMA steps. Chapter 8's knobs can break it for a split entry;
-// that entry then compiles to nothing, and the registry (_mma07_splits) never launches it.
+// that entry then compiles to nothing, and the registry (ch07_mma.splits_at) never launches it.
 template <int BLOCK_N, int KV_SPLIT>
 __host__ __device__ constexpr bool split_fits() {
     return WARPS % KV_SPLIT == 0 && BLOCK_N % KV_SPLIT == 0 && (BLOCK_N / KV_SPLIT) % 16 == 0;
@@ -519,7 +519,7 @@ __device__ __forceinline__ void run_07(const __half* q, const __half* k, const _
                                                                                              nullptr, L, scale, causal);
 }
 
-constexpr int COMBINE_THREADS = 128;  // attn_combine_07's block (the registry mirrors it)
+constexpr int COMBINE_THREADS = 128;  // attn_combine_07's block (the registry reads it)
 }  // namespace
 
 // One extern "C" entry per head dim and variant (template arguments: D, BLOCK_N, KV_SPLIT,

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from attnlab.book import fragments, kernel_view, measured, page, swizzle
-from attnlab.kernels.registry import _MMA07_BLOCK_M, _MMA07_BLOCK_N, STEPS_07, get
+from attnlab.kernels.chapters.ch07_mma import BLOCK_M, BLOCK_N
+from attnlab.kernels.registry import STEPS_07, get
 from attnlab.shapes import Shape
 
 
@@ -32,7 +33,7 @@ def test_swizzle_model_is_the_header_and_removes_every_conflict():
     assert swizzle.swizzle_header_matches()
     for D in (64, 128):
         for sw, want in ((True, {4}), (False, {32})):
-            counts = swizzle.ldmatrix_wavefronts_07(D, _MMA07_BLOCK_M, _MMA07_BLOCK_N[D], sw)
+            counts = swizzle.ldmatrix_wavefronts_07(D, BLOCK_M, BLOCK_N[D], sw)
             assert {w for v in counts.values() for w in v} == want, (D, sw)
     lane = np.arange(32)
     assert swizzle.smem_wavefronts(lane * 4, width=4) == 1          # 32 consecutive words

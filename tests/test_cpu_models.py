@@ -140,8 +140,8 @@ def group_dots(partial, G, reduce):
 def model_03(q, k, v, causal, scale, warps=4, reduce=warp_sum):
     q, k, v = (t.float().numpy() for t in (q, k, v))
     B, H, L, D = q.shape
-    G = registry._lanes_per_row(D)
-    rows_per_block = registry._warp_rows_per_block(warps, D)
+    G = registry.ch03_warp_reductions.lanes_per_row(D)
+    rows_per_block = registry.ch03_warp_reductions.rows_per_block(warps, D)
     out = np.full((B, H, L, D), np.nan, F16)
     width = G * WARP_VEC
     for b in range(B):
@@ -327,7 +327,7 @@ def dot_inputs(rows, D, seed=0):
 
 @pytest.mark.parametrize("D", [8, 40, 64, 128])
 def test_butterfly_group_dot_is_right(D):
-    width = registry._lanes_per_row(D)
+    width = registry.ch03_warp_reductions.lanes_per_row(D)
     a, b = dot_inputs(37, D)
     check_group_dots(group_dot_lanes(a, b, width), a, b)
 
@@ -335,7 +335,7 @@ def test_butterfly_group_dot_is_right(D):
 @pytest.mark.parametrize("D", [40, 64, 128])
 @pytest.mark.parametrize("bug", [reduce_mixing_rows, reduce_twice], ids=lambda f: f.__name__)
 def test_the_study_reduction_bugs_fail_the_same_assertion(D, bug):
-    width = registry._lanes_per_row(D)
+    width = registry.ch03_warp_reductions.lanes_per_row(D)
     a, b = dot_inputs(37, D)
     with pytest.raises(AssertionError):
         check_group_dots(group_dot_lanes(a, b, width, reduce=bug), a, b)
@@ -399,7 +399,7 @@ def test_gpu_group_dot(D):
     import cupy
 
     fn = _test_module().get_function("attn_test_group_dot")
-    width = registry._lanes_per_row(D)
+    width = registry.ch03_warp_reductions.lanes_per_row(D)
     rows = 37
     a, b = dot_inputs(rows, D)
     out = cupy.full(rows * width, np.nan, F32)

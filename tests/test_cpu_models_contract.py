@@ -22,21 +22,21 @@ def constant(source: str, name: str) -> int:
 
 
 def test_registry_constants_match_the_sources():
-    assert constant("02_block_tiling.cu", "ROWS") == registry._TILING_ROWS
-    assert constant("02_block_tiling.cu", "KEYS") == registry._TILING_KEYS
+    assert constant("02_block_tiling.cu", "ROWS") == registry.ch02_block_tiling.ROWS
+    assert constant("02_block_tiling.cu", "KEYS") == registry.ch02_block_tiling.KEYS
     assert "Q_STRIDE = ROWS + 2;" in (kernels_dir() / "02_block_tiling.cu").read_text()
-    assert constant("03_warp_reductions.cu", "KEYS") == registry._WARP_KEYS
-    assert constant("03_warp_reductions.cu", "VEC") == registry._WARP_VEC
-    assert constant("04_row_softmax.cu", "WARPS") == registry._SOFTMAX_WARPS
+    assert constant("03_warp_reductions.cu", "KEYS") == registry.ch03_warp_reductions.KEYS
+    assert constant("03_warp_reductions.cu", "VEC") == registry.ch03_warp_reductions.VEC
+    assert constant("04_row_softmax.cu", "WARPS") == registry.ch04_cublas_hybrid.WARPS
     src = (kernels_dir() / "03_warp_reductions.cu").read_text()
     for warps in (4, 8):
         assert f"__launch_bounds__({warps} * 32)" in src and f"warp_rows<{warps}>" in src
 
 
 def test_lanes_per_row():
-    assert [registry._lanes_per_row(D) for D in (8, 16, 24, 32, 40, 64, 72, 128)] == [1, 2, 4, 4, 8, 8, 16, 16]
+    assert [registry.ch03_warp_reductions.lanes_per_row(D) for D in (8, 16, 24, 32, 40, 64, 72, 128)] == [1, 2, 4, 4, 8, 8, 16, 16]
     for D in range(8, 129, 8):
-        G = registry._lanes_per_row(D)
+        G = registry.ch03_warp_reductions.lanes_per_row(D)
         assert G * 8 >= D > G * 4 and 32 % G == 0
 
 
@@ -53,7 +53,7 @@ def test_grid_covers_every_row(kernel_id, shape):
     if kernel_id.startswith("02"):
         rows_per_block = bx
     elif kernel_id.startswith("03"):
-        rows_per_block = bx // registry._lanes_per_row(shape.D)
+        rows_per_block = bx // registry.ch03_warp_reductions.lanes_per_row(shape.D)
     else:
         rows_per_block = bx // 32
     assert gx * rows_per_block >= shape.L > (gx - 1) * rows_per_block and gy == shape.heads

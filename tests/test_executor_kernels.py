@@ -9,7 +9,7 @@ reads, deadlocks, barrier and mask misuse), over
   the split across CTAs).
 For chapter 4 that is its row-softmax kernel on the executor between the two GEMMs in torch at
 the GPU path's precisions. Chapter 7's kernels run again with the tiles they take on sm_90
-(registry._mma07_arch_tiles: 64-key tiles at D = 128, three K/V stages at D = 64 and 128), as
+(registry.ch07_mma.arch_tiles: 64-key tiles at D = 128, three K/V stages at D = 64 and 128), as
 "<id>@sm_90", at each head dim where those differ from the source's. The cases run in a few
 processes in parallel; each kernel's verdict is its own test."""
 from __future__ import annotations

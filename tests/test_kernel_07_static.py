@@ -111,22 +111,22 @@ def test_the_key_tile_and_the_stages_follow_the_shared_memory_of_each_architectu
     assert {a: block_n(registry.get("07_mma", a))[128] for a in ARCHES} == {"sm_80": 64, "sm_89": 32, "sm_90": 64}
     assert {a: stages(registry.get("07_mma", a)) for a in ARCHES} == {
         "sm_80": STAGES, "sm_89": STAGES, "sm_90": {64: 3, 128: 3}}
-    assert STAGES == {64: 2, 128: 2} and registry._MMA07_STAGES == STAGES
+    assert STAGES == {64: 2, 128: 2} and registry.ch07_mma.STAGES == STAGES
     sm_86 = registry.get("07_mma", "sm_86")
     assert block_n(sm_86)[128] == 32 and stages(sm_86) == STAGES
     for arch in SM_LIMITS:
         spec = registry.get("07_mma", arch)
         bn, st = block_n(spec), stages(spec)
-        regs = registry._MMA07_REGISTERS
+        regs = registry.ch07_mma.REGISTERS
         for D in (64, 128):
             smem = spec.dynamic_smem(Shape(1, 1, 4096, D))
             assert smem == _smem(D, st[D], 1, bn) <= SM_LIMITS[arch].smem_per_block
             ctas = occupancy(arch, THREADS, regs[D], smem).blocks_per_sm
             two_stages = occupancy(arch, THREADS, regs[D], _smem(D, STAGES[D], 1, bn)).blocks_per_sm
             assert ctas >= MIN_CTAS and ctas == two_stages, (arch, D)
-            if bn[D] < registry._MMA07_MAX_BLOCK_N:  # the next tile up would leave one CTA per SM
+            if bn[D] < registry.ch07_mma.MAX_BLOCK_N:  # the next tile up would leave one CTA per SM
                 assert occupancy(arch, THREADS, 0, _smem(D, STAGES[D], 1, {D: 2 * bn[D]})).blocks_per_sm < MIN_CTAS
-            if st[D] < registry._MMA07_MAX_STAGES:  # one more stage would cost a CTA (or not fit)
+            if st[D] < registry.ch07_mma.MAX_STAGES:  # one more stage would cost a CTA (or not fit)
                 more = _smem(D, st[D] + 1, 1, bn)
                 assert (more > SM_LIMITS[arch].smem_per_block
                         or occupancy(arch, THREADS, regs[D], more).blocks_per_sm < max(MIN_CTAS, two_stages))
@@ -147,9 +147,9 @@ def test_fa2_route_takes_less_only_where_its_partial_spills_with_the_kernels_til
     arch, resources, _, bn, st = build
     spec = registry.get("07_mma_split_ctas", arch)
     spills = resources["attn_fwd_07_mma_partial_d128"].spills
-    assert spills == (arch in registry._MMA07_PARTIAL_TOPS)
+    assert spills == (arch in registry.ch07_mma.PARTIAL_TOPS)
     if spills:
-        top_bn, top_st = registry._MMA07_PARTIAL_TOPS[arch]
+        top_bn, top_st = registry.ch07_mma.PARTIAL_TOPS[arch]
         assert (block_n(spec), stages(spec)) != (bn, st)
         assert all(block_n(spec)[D] == min(top, bn[D]) for D, top in top_bn.items())
         assert all(stages(spec)[D] == min(top, st[D]) for D, top in top_st.items())
@@ -204,7 +204,7 @@ def test_registry_mirrors_the_kernel_constants(kid, arch):
             assert spec.grid(shape) == (-(-L // (BLOCK_M // split)), 6, 1)
             n_stages = entry_stages(cfg["entry"], stages(spec))
             assert spec.dynamic_smem(shape) == _smem(D, n_stages, split, bn) <= SM_LIMITS[arch].smem_per_block
-    assert registry._MMA07_WARPS == WARPS and registry._MMA07_BLOCK_N == BLOCK_N
+    assert registry.ch07_mma.WARPS == WARPS and registry.ch07_mma.BLOCK_N == BLOCK_N
     # the fixed split of 4 runs D = 128 only where the tile is 64 keys (16 per group)
     if kid == "07_mma_split4":
         assert spec.supports_head_dim(128) == (bn[128] == 64)
@@ -224,7 +224,7 @@ def test_resources_no_spill_smem_and_two_ctas_per_sm(build):
         # the register file must hold MIN_CTAS_PER_SM CTAs (allocation: 8 registers per thread)
         assert MIN_CTAS * THREADS * (-(-f.registers // 8) * 8) <= MAX_REGS_PER_SM, f"{name}: {f.registers} regs"
         # and the bound the registry's choice of stages counts CTAs with holds
-        assert f.registers <= registry._MMA07_REGISTERS[D], f"{name} on {arch}: {f.registers} registers"
+        assert f.registers <= registry.ch07_mma.REGISTERS[D], f"{name} on {arch}: {f.registers} registers"
 
 
 def _expected(D: int, split: int, tiles: dict, n_stages: int) -> dict[str, int]:

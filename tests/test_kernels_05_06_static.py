@@ -21,7 +21,7 @@ from attnlab.kernels.sources import source_files
 from attnlab.kernels.static import ARCHES, inspect_kernel, named_barriers
 from attnlab.kernels.static import build as static_build
 
-WS = registry._WS06_VARIANTS                     # id -> (stages, producer warps)
+WS = registry.ch06_warp_specialized.VARIANTS                     # id -> (stages, producer warps)
 OURS = ["05_wmma", *WS]
 # HMMA.16816 per copy of the tile body: a 16x16x16 WMMA is two of them. Chapter 5 holds both D
 # instances (D = 64: 16 + 16 WMMAs, D = 128: 32 + 32); chapter 6 holds 64 per D instance and
@@ -107,16 +107,16 @@ def _const(src: str, name: str) -> int:
 
 def test_registry_constants_match_the_sources():
     tile, k05, k06 = _text("wmma_tile.cuh"), _text("05_wmma.cu"), _text("06_warp_specialized.cu")
-    assert _const(tile, "BLOCK_M") == registry._WMMA_BLOCK_M
-    assert _const(tile, "WARP_M") == registry._WMMA_WARP_M
-    assert _const(tile, "PAD_HALF") == registry._WMMA_PAD_HALF
-    assert _const(tile, "PAD_FLOAT") == registry._WMMA_PAD_FLOAT
+    assert _const(tile, "BLOCK_M") == registry.ch05_wmma.BLOCK_M
+    assert _const(tile, "WARP_M") == registry.ch05_wmma.WARP_M
+    assert _const(tile, "PAD_HALF") == registry.ch05_wmma.PAD_HALF
+    assert _const(tile, "PAD_FLOAT") == registry.ch05_wmma.PAD_FLOAT
     assert "constexpr int COMPUTE_WARPS = BLOCK_M / WARP_M;" in tile
     assert "constexpr int THREADS = COMPUTE_WARPS * 32;" in k05
-    assert registry._WMMA_THREADS == 32 * registry._WMMA_BLOCK_M // registry._WMMA_WARP_M
-    assert _const(k05, "BLOCK_N") == registry._WMMA05_BLOCK_N
-    bn = re.search(r"constexpr int BLOCK_N = D == 64 \? (\d+) : (\d+);", k06)
-    assert {64: int(bn.group(1)), 128: int(bn.group(2))} == registry._WS06_BLOCK_N
+    assert registry.ch05_wmma.THREADS == 32 * registry.ch05_wmma.BLOCK_M // registry.ch05_wmma.WARP_M
+    assert _const(k05, "BLOCK_N") == registry.ch05_wmma.BLOCK_N
+    assert "constexpr int BLOCK_N = D == 64 ? BLOCK_N_D64 : BLOCK_N_D128;" in k06
+    assert {64: _const(k06, "BLOCK_N_D64"), 128: _const(k06, "BLOCK_N_D128")} == registry.ch06_warp_specialized.BLOCK_N
 
 
 def test_dynamic_smem_matches_the_kernels_static_asserts():

@@ -87,11 +87,11 @@ def _value(token: str) -> int:
 
 
 # The tiles other GPUs take where they differ from the source's: (D, keys per tile, stages) from
-# registry._mma07_arch_tiles (64 keys at D = 128 on sm_80 and sm_90; 3 stages at D = 64 and 128
+# registry.ch07_mma.arch_tiles (64 keys at D = 128 on sm_80 and sm_90; 3 stages at D = 64 and 128
 # on sm_90).
 ARCH_TILES = sorted({(D, tiles.get(f"ATTN07_BLOCK_N_D{D}", _const(f"BLOCK_N_D{D}")),
                       tiles.get(f"ATTN07_STAGES_D{D}", _const(f"STAGES_D{D}")))
-                     for tiles in map(registry._mma07_arch_tiles, ("sm_80", "sm_86", "sm_89", "sm_90"))
+                     for tiles in map(registry.ch07_mma.arch_tiles, ("sm_80", "sm_86", "sm_89", "sm_90"))
                      for D in (64, 128) if any(name.endswith(f"_D{D}") for name in tiles)})
 
 
@@ -714,7 +714,7 @@ def _ldmatrix_accesses(D, BN):
         for warp in range(WARPS):
             for ks in range(D // 16):
                 acc.append(tile_offset(warp * 16 + ldsm_row(LANE), 2 * ks + ldsm_chunk(LANE), RB, sw))
-        for stage in range(registry._MMA07_MAX_STAGES):
+        for stage in range(registry.ch07_mma.MAX_STAGES):
             for np_ in range(BN // 16):
                 for ks in range(D // 16):
                     acc.append(QB + stage * 2 * KVB

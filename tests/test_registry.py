@@ -69,8 +69,8 @@ def test_launch_geometry_covers_every_row(spec):
 
 def test_scalar_threads_match_the_kernel_source():
     src = registry.get("01_scalar").path.read_text()
-    assert int(re.search(r"THREADS = (\d+);", src).group(1)) == registry._SCALAR_THREADS
-    assert registry.get("01_scalar").grid(MISSION) == (512 // registry._SCALAR_THREADS, 8, 1)
+    assert int(re.search(r"THREADS = (\d+);", src).group(1)) == registry.ch01_scalar.THREADS
+    assert registry.get("01_scalar").grid(MISSION) == (512 // registry.ch01_scalar.THREADS, 8, 1)
 
 
 def test_unknown_kernel_names_the_registered_ones():

@@ -50,8 +50,7 @@ def test_knob_defaults_are_the_chapters_constants():
     lit = lambda src, name: int(re.search(rf"constexpr int {name} = (\d+);", src).group(1))  # noqa: E731
     d05, d06, d07 = (registry.get(k).tuning.defaults for k in TUNABLE)
     assert d05 == {"ATTN_WMMA_BLOCK_M": lit(tile, "BLOCK_M"), "ATTN05_BLOCK_N": lit(k05, "BLOCK_N")}
-    bn = re.search(r"constexpr int BLOCK_N = D == 64 \? (\d+) : (\d+);", k06)
-    assert (d06["ATTN06_BLOCK_N_D64"], d06["ATTN06_BLOCK_N_D128"]) == (int(bn.group(1)), int(bn.group(2)))
+    assert (d06["ATTN06_BLOCK_N_D64"], d06["ATTN06_BLOCK_N_D128"]) == (lit(k06, "BLOCK_N_D64"), lit(k06, "BLOCK_N_D128"))
     assert d06["ATTN06_STAGES"] == int(re.search(r"#define ATTN06_STAGES (\d+)", k06).group(1))
     assert d06["ATTN06_PRODUCERS"] == int(re.search(r"#define ATTN06_PRODUCERS (\d+)", k06).group(1))
     assert d07 == {"ATTN07_WARPS": lit(k07, "WARPS"), "ATTN07_BLOCK_N_D64": lit(k07, "BLOCK_N_D64"),
@@ -83,10 +82,10 @@ def test_with_config_computes_the_geometry_from_the_knobs():
     assert spec.defines == () and spec.launch_config(MISSION)["block"] == (128, 1, 1)  # the registry is untouched
 
 
-@pytest.mark.parametrize("variant", [k for k in registry._WS06_VARIANTS if k != "06_warp_specialized"])
+@pytest.mark.parametrize("variant", [k for k in registry.ch06_warp_specialized.VARIANTS if k != "06_warp_specialized"])
 def test_configured_chapter6_kernel_matches_its_sweep_variants(variant):
     """06's stages and producers as knobs give the geometry of the sweep files that fix them."""
-    stages, producers = registry._WS06_VARIANTS[variant]
+    stages, producers = registry.ch06_warp_specialized.VARIANTS[variant]
     cfg = registry.get("06_warp_specialized").with_config({"ATTN06_STAGES": stages, "ATTN06_PRODUCERS": producers})
     for shape in (MISSION, Shape(1, 2, 333, 128), Shape(2, 8, 2048, 64)):
         same = ("grid", "block", "dynamic_smem", "kv_split")  # the entries differ in name only

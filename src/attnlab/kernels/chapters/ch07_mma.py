@@ -1,0 +1,365 @@
+"""Chapter 7 (kernels/07_mma_swizzle.cu): mma.sync from swizzled tiles, its steps and its variants.
+
+One entry per head dim (and key split); the steps, ablations and fixed splits are separate ids. The
+tiles are the source's constants (the L4's); other GPUs take theirs from arch_tiles, which the
+launcher passes to the compiler as defines.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+from ...paths import kernels_dir
+from ...shapes import Shape
+from ..spec import KernelSpec, Knob, Tuning, cdiv, register
+from ..source_constants import constants
+
+SOURCE = "07_mma_swizzle.cu"
+_C = constants(SOURCE)
+WARPS = _C["WARPS"]                                         # 16 query rows each
+BLOCK_M = 16 * WARPS                                        # query rows per CTA without a key split
+BLOCK_N = {64: _C["BLOCK_N_D64"], 128: _C["BLOCK_N_D128"]}  # keys per K/V tile (the L4's)
+STAGES = {64: _C["STAGES_D64"], 128: _C["STAGES_D128"]}     # K/V stages (the L4's)
+MIN_CTAS = _C["MIN_CTAS_PER_SM"]                            # __launch_bounds__'s CTAs per SM
+COMBINE_THREADS = _C["COMBINE_THREADS"]                     # attn_combine_07's block
+MAX_BLOCK_N = 64              # the largest key tile arch_tiles gives (registers, below)
+MAX_STAGES = 3                # and the most stages it gives
+# Registers per thread of the fused kernel's entries (ATTN07_ENTRY; D -> at most), as ptxas gives
+# them for every tile arch_tiles may take, which counts resident CTAs with it (FA2's route
+# takes those tiles or less, cta_split_tiles). tests/test_kernel_07_static.py holds each
+# build to it. Registers move between CUDA toolkits: a build over the bound fails that test, and
+# the bound moves with it.
+REGISTERS = {64: 160, 128: 232}
+# KV_SPLIT > 1 entries of 07_mma: split -> head dims (attn_fwd_07_mma_split{s}_d{D}). A split runs
+# where its slice of the key tile is whole 16-key MMA steps: 4 at D = 128 needs the 64-key tile.
+SPLIT_ENTRIES: dict[int, tuple[int, ...]] = {}
+for _s, _d in re.findall(r"^ATTN07_ENTRY\(attn_fwd_07_mma_split(\d+)_d(\d+),", (kernels_dir() / SOURCE).read_text(), re.M):
+    SPLIT_ENTRIES[int(_s)] = SPLIT_ENTRIES.get(int(_s), ()) + (int(_d),)
+
+# The launcher's choice of key split. The rule is ours, in the form of FlashAttention-2's
+# num_splits_heuristic (csrc/flash_attn/flash_api.cpp): no split while the unsplit grid already
+# covers SPLIT_FILL of the units it counts; otherwise the smallest split whose wave efficiency
+# (CTAs / units over its ceiling) is within SPLIT_EFFICIENCY of the best split's. It differs from
+# FA2's in the units: FA2 passes 2 x the SM count ("we're using 128 threads per block": two of its
+# CTAs share an SM) and so fills CTA slots; the launcher passes the SM count and fills SMs, though
+# two of our CTAs share an SM too. A split has a price an unsplit grid does not pay: inside the CTA,
+# s times the CTAs each copy every K/V tile of their head (s times the L2-to-SM traffic); across
+# CTAs, fp32 partials written, read back and merged by a second kernel. The rule pays it only for
+# SMs that would otherwise hold no CTA, and leaves an SM's second CTA slot to latency hiding.
+# kv_split(shape, 2 x SMs) is this rule at FA2's count; split_ctas.fa2_num_splits is FA2's own
+# choice, with its own tiles; the fixed-split builds (07_mma_split2, 07_mma_split4) measure the
+# splits the rule leaves out.
+SPLIT_FILL = 0.8
+SPLIT_EFFICIENCY = 0.85
+
+
+def choose_kv_split(ctas_at, splits, sms: int) -> int:
+    """The key split for a grid of ctas_at(s) CTAs at split s, among `splits`, on `sms` units (the
+    launcher passes the SM count; FA2 would pass 2 x it)."""
+    if 1 not in splits:
+        raise ValueError(f"splits {splits} must hold 1")
+    if ctas_at(1) >= SPLIT_FILL * sms:
+        return 1
+    efficiency = {s: (ctas_at(s) / sms) / -(-ctas_at(s) // sms) for s in splits}  # waves over whole waves
+    best = max(efficiency.values())
+    return min(s for s in splits if efficiency[s] >= SPLIT_EFFICIENCY * best)
+
+
+# FlashAttention-2's route (the ablation 07_mma_split_ctas) takes its split from the same rule, over
+# candidates formed the way FA2 forms its own: 1 .. min(128, units counted, key tiles), skipping a
+# split that gives each CTA as many key tiles as one split fewer does (FA2's is_split_eligible).
+# The key tiles are this kernel's (64 or 32 keys), not those of FA2's split kernel (256 keys at
+# head dim 64, 128 at 128), and the units are the rule's (SMs, where FA2 counts 2 x SMs).
+SPLIT_CTAS_MAX = 128
+
+
+def cta_split_candidates(n_tiles: int, sms: int) -> tuple[int, ...]:
+    """The splits across CTAs weighed for `n_tiles` key tiles on `sms` units, as FlashAttention-2
+    forms its candidates."""
+    top = max(1, min(SPLIT_CTAS_MAX, sms, n_tiles))
+    return tuple(s for s in range(1, top + 1) if s == 1 or cdiv(n_tiles, s) != cdiv(n_tiles, s - 1))
+
+
+def _sms(sms: int | None) -> int:
+    """`sms`, or the SM count of the GPU at hand (the L4's without one) when it is None."""
+    if sms is None:
+        from ...gpus import sm_count
+        return sm_count()[0]
+    return sms
+
+
+def splits_at(config: dict, D: int) -> tuple[int, ...]:
+    """The key splits a build of `config` can run at head dim D: those with an entry whose
+    split_fits() holds (whole warps per group, whole 16-key MMA steps per slice)."""
+    warps, bn = config["ATTN07_WARPS"], config.get(f"ATTN07_BLOCK_N_D{D}")
+    if bn is None:
+        return (1,)
+    return (1,) + tuple(s for s, dims in SPLIT_ENTRIES.items()
+                        if D in dims and warps % s == 0 and bn % s == 0 and (bn // s) % 16 == 0)
+
+
+def smem(D: int, stages: int, block_m: int = BLOCK_M, block_n: dict | None = None,
+                warps: int = WARPS) -> int:
+    """Q tile + stages x (K tile + V tile), fp16: 40 KB (D=64) and 48 KB (D=128) double-buffered
+    with the chapter's tiles and no split. With a key split the merge's partials reuse the stages:
+    (split - 1) x (warps per group) x 32 lanes x (D/2 + 4) fp32 words, the larger of the two."""
+    stages_bytes = stages * 2 * (block_n or BLOCK_N)[D] * 2 * D
+    split = warps * 16 // block_m
+    partials = (split - 1) * (warps // split) * 32 * (D // 2 + 4) * 4
+    return 2 * D * block_m + max(stages_bytes, partials)
+
+
+def _tiles(config: dict, stages: int | None = None) -> tuple[dict, dict]:
+    """The key tile and the K/V stages per head dim of a build of `config` (`stages` fixes the
+    stages, as the single-buffer ablation's entries do)."""
+    bn = {D: config[f"ATTN07_BLOCK_N_D{D}"] for D in (64, 128)}
+    return bn, {D: stages or config[f"ATTN07_STAGES_D{D}"] for D in (64, 128)}
+
+
+def geometry(config: dict, stages: int | None = None, split=None) -> dict:
+    """Block, grid and shared memory of a build of `config`, and its key split: `split` fixes it
+    (and the head dims are those whose tile it can split); None lets the launcher choose per shape,
+    from the SM count of the GPU at hand."""
+    warps = config["ATTN07_WARPS"]
+    bn, st = _tiles(config, stages)
+
+    def ctas(s: Shape, k: int) -> int:
+        return cdiv(s.L, 16 * warps // k) * s.B * s.H
+
+    def kv_split(s: Shape, sms: int | None = None) -> int:
+        if split is not None:
+            return split
+        return choose_kv_split(lambda k: ctas(s, k), splits_at(config, s.D), _sms(sms))
+
+    def at_split(s: Shape, k: int) -> dict:
+        return {"grid": (cdiv(s.L, 16 * warps // k), s.B * s.H, 1),
+                "dynamic_smem": smem(s.D, st[s.D], 16 * warps // k, bn, warps)}
+
+    geometry = {"block": lambda s: (warps * 32, 1, 1),
+                "grid": lambda s: at_split(s, kv_split(s))["grid"],
+                "dynamic_smem": lambda s: at_split(s, kv_split(s))["dynamic_smem"],
+                "kv_split": kv_split, "at_split": at_split}
+    if split is None:  # the entries of the splits this build's tiles can take, per head dim
+        geometry["entries_by_split"] = {s: {D: f"attn_fwd_07_mma_split{s}_d{D}" for D in dims if s in splits_at(config, D)}
+                                        for s, dims in SPLIT_ENTRIES.items()}
+    elif split > 1:
+        geometry["head_dims"] = frozenset(D for D in SPLIT_ENTRIES[split] if split in splits_at(config, D))
+    return geometry
+
+
+def arch_tiles(arch: str) -> dict[str, int]:
+    """The key tile and the stages per head dim chapter 7 takes on `arch`, where they differ from
+    the source's (the L4's). Resident CTAs per SM are counted by gpus.occupancy from gpus.SM_LIMITS,
+    with the registers REGISTERS bounds.
+
+    First the tile: the larger of 64 and 32 keys whose double-buffered CTA fits one block's shared
+    memory and lets MIN_CTAS_PER_SM of them share an SM. At D = 128 that is 64 keys (80 KB) where an
+    SM holds 164 KB (sm_80) or 228 KB (sm_90), and 32 keys (48 KB) on the 100 KB of sm_86 and sm_89.
+    64 is the top because the scores live in registers (BLOCK_N / 2 fp32 per lane): with 64 keys at
+    D = 128 a thread already holds about 230 of the 255 registers two CTAs leave it.
+
+    Then the stages: the most, up to 3, that keep as many CTAs per SM as two stages do: a third
+    stage hides copy latency, a resident CTA hides every latency, so the stage never costs a CTA.
+    On sm_90 that is 3 at both head dims (registers hold three CTAs at D = 64 and two at D = 128
+    either way); on sm_80 it is 2, where a third stage at D = 64 would leave two CTAs of the three
+    the registers allow. An architecture the table lacks takes the source's tiles."""
+    from ...gpus import SM_LIMITS, occupancy
+
+    if arch not in SM_LIMITS:
+        return {}
+    lim, tiles = SM_LIMITS[arch], {}
+
+    def ctas(D: int, bn: int, stages: int) -> int:
+        need = smem(D, stages, block_n={D: bn})
+        if need > lim.smem_per_block:
+            return 0
+        return occupancy(arch, 32 * WARPS, REGISTERS[D], need).blocks_per_sm
+
+    for D in (64, 128):
+        bn = MAX_BLOCK_N
+        if ctas(D, bn, STAGES[D]) < MIN_CTAS:
+            bn //= 2
+        keep = max(MIN_CTAS, ctas(D, bn, STAGES[D]))
+        stages = max(s for s in range(STAGES[D], MAX_STAGES + 1)
+                     if s == STAGES[D] or ctas(D, bn, s) >= keep)
+        if bn != BLOCK_N[D]:
+            tiles[f"ATTN07_BLOCK_N_D{D}"] = bn
+        if stages != STAGES[D]:
+            tiles[f"ATTN07_STAGES_D{D}"] = stages
+    return tiles
+
+
+def cta_split_geometry(config: dict) -> dict:
+    """FlashAttention-2's route (07_mma_split_ctas): the unsplit CTA of `config`, and grid z = the
+    split across CTAs the launcher takes for the shape on the GPU at hand."""
+    warps = config["ATTN07_WARPS"]
+    bn, st = _tiles(config)
+
+    def kv_split(s: Shape, sms: int | None = None) -> int:
+        sms = _sms(sms)
+        ctas = cdiv(s.L, 16 * warps) * s.B * s.H
+        return choose_kv_split(lambda k: ctas * k, cta_split_candidates(cdiv(s.L, bn[s.D]), sms), sms)
+
+    def at_split(s: Shape, k: int) -> dict:
+        return {"grid": (cdiv(s.L, 16 * warps), s.B * s.H, k),
+                "dynamic_smem": smem(s.D, st[s.D], 16 * warps, bn, warps)}
+
+    return {"block": lambda s: (warps * 32, 1, 1),
+            "grid": lambda s: at_split(s, kv_split(s))["grid"],
+            "dynamic_smem": lambda s: at_split(s, 1)["dynamic_smem"],
+            "kv_split": kv_split, "at_split": at_split}
+
+
+def rules(config: dict, D: int) -> list[str]:
+    """load_tile's static_assert: every thread copies the same number of 16-byte chunks of a K/V tile."""
+    threads = 32 * config["ATTN07_WARPS"]
+    bn = config[f"ATTN07_BLOCK_N_D{D}"] if D in (64, 128) else None
+    if bn is not None and (bn * D // 8) % threads:
+        return [f"a {bn}-key tile of D={D} is {bn * D // 8} 16-byte chunks, not a multiple of {threads} threads"]
+    return []
+
+
+TUNING = Tuning(
+    knobs=(Knob("ATTN07_WARPS", (2, 4, 8), WARPS, "warps (16 query rows each)"),
+           Knob("ATTN07_BLOCK_N_D64", (32, 64, 128), BLOCK_N[64], "keys per tile (D=64)", head_dim=64),
+           Knob("ATTN07_BLOCK_N_D128", (16, 32, 64), BLOCK_N[128], "keys per tile (D=128)", head_dim=128),
+           Knob("ATTN07_STAGES_D64", (2, 3), STAGES[64], "K/V stages (D=64)", head_dim=64),
+           Knob("ATTN07_STAGES_D128", (2, 3), STAGES[128], "K/V stages (D=128)", head_dim=128),
+           Knob("ATTN07_MIN_CTAS", (1, 2), MIN_CTAS, "CTAs per SM the registers are budgeted for (`__launch_bounds__`)")),
+    geometry=geometry, rules=rules, arch_defaults=arch_tiles, min_ctas="ATTN07_MIN_CTAS")
+
+
+def variant_tuning(geometry: Callable[[dict], dict], arch_defaults=arch_tiles) -> Tuning:
+    """The chapter-7 knobs and the tiles per architecture for an ablation or variant of 07_mma: each
+    takes 07_mma's tiles on every GPU (chapter 8 searches only 07_mma itself, search.searchable)."""
+    return dataclasses.replace(TUNING, geometry=geometry, arch_defaults=arch_defaults)
+
+
+# Where FlashAttention-2's route takes less than 07_mma's tiles, because its partial kernel (the
+# fused loop plus an fp32 epilogue, at the 255-register edge at D = 128) would spill with them:
+# on sm_80 with 64-key tiles, on sm_90 with a third stage. arch -> (top key tile, top stages) per
+# head dim. tests/test_kernel_07_static.py builds 07_mma's tiles to show each spill is still there.
+PARTIAL_TOPS = {"sm_80": ({128: BLOCK_N[128]}, {}),
+                       "sm_90": ({}, {128: STAGES[128]})}
+
+
+def cta_split_tiles(arch: str) -> dict[str, int]:
+    """07_mma's tiles on `arch`, each capped by PARTIAL_TOPS: never more than the fused
+    kernel's, so the ablation differs from it only where the partial kernel must (a smaller tile or
+    fewer stages only lowers the shared memory, so two CTAs still share an SM)."""
+    tiles = arch_tiles(arch)
+    top_block_n, top_stages = PARTIAL_TOPS.get(arch, ({}, {}))
+    for knob, source, tops in (("BLOCK_N", BLOCK_N, top_block_n), ("STAGES", STAGES, top_stages)):
+        for D, top in tops.items():
+            name = f"ATTN07_{knob}_D{D}"
+            value = min(tiles.get(name, source[D]), top)
+            if value == source[D]:
+                tiles.pop(name, None)
+            else:
+                tiles[name] = value
+    return tiles
+
+
+COMMON = dict(chapter=7, source="07_mma_swizzle.cu", head_dims=frozenset({64, 128}), alignment=16,
+                     extra_sources=("common.cuh", "ptx.cuh", "swizzle.cuh"))
+
+register(KernelSpec(
+    id="07_mma",
+    title="Swizzle + double buffer",
+    entry="attn_fwd_07_mma_d64",
+    entries_by_head_dim={D: f"attn_fwd_07_mma_d{D}" for D in (64, 128)},
+    **geometry(TUNING.defaults),
+    **COMMON,
+    summary="mma.sync m16n8k16 + ldmatrix from XOR-swizzled tiles, P in registers, double-buffered cp.async with "
+            "one barrier per tile, causal tile skipping, keys split among warp groups when the grid is small",
+    # Chapter 8 searches the kernel's knobs; the ablations and variants keep the chapter's constants.
+    tuning=TUNING,
+    conflict_free=("ldmatrix", "cp.async", "ld/st"),
+))
+
+# Fixed key splits: the launcher's other choices, measured side by side (sweep variants).
+for _split, _dims in SPLIT_ENTRIES.items():
+    register(KernelSpec(
+        id=f"07_mma_split{_split}",
+        title=f"Swizzle + double buffer (keys split {_split} ways)",
+        entry=f"attn_fwd_07_mma_split{_split}_d{_dims[0]}",
+        entries_by_head_dim={D: f"attn_fwd_07_mma_split{_split}_d{D}" for D in _dims},
+        **{**COMMON, **geometry(TUNING.defaults, split=_split)},
+        tuning=variant_tuning(lambda config, _s=_split: geometry(config, split=_s)),
+        summary=f"sweep variant of 07_mma: each tile's keys split among {_split} warp groups whatever the shape, "
+                f"{16 * WARPS // _split}-row query tiles",
+        conflict_free=("ldmatrix", "cp.async", "ld/st"),
+        variant_of="07_mma",
+    ))
+
+for _kid, _suffix, _stages, _title, _summary in (
+        ("07_mma_nosplit", "", None, "no split",
+         "one warp group per CTA and 64-row query tiles whatever the GPU"),
+        ("07_mma_two_barriers", "_two_barriers", None, "two barriers",
+         "a second barrier per key tile (prefetch, wait, barrier, compute, barrier)"),
+        ("07_mma_noswizzle", "_noswizzle", None, "no swizzle",
+         "plain row-major tiles (8-way bank conflicts on every ldmatrix)"),
+        ("07_mma_single_buffer", "_single_buffer", 1, "one stage",
+         "one K/V stage, the next tile is copied only after this one is used (two barriers per tile)"),
+        ("07_mma_longest_first", "_longest_first", 1, "no swizzle, one stage",
+         "plain tiles and one K/V stage (the chapter's step 7.2)"),
+        ("07_mma_plain", "_plain", 1, "no swizzle, one stage, launch order",
+         "plain tiles, one K/V stage, causal query tiles in launch order (the chapter's step 7.1)")):
+    register(KernelSpec(
+        id=_kid,
+        title=f"Swizzle + double buffer (ablation: {_title})",
+        entry=f"attn_fwd_07_mma{_suffix}_d64",
+        entries_by_head_dim={D: f"attn_fwd_07_mma{_suffix}_d{D}" for D in (64, 128)},
+        **geometry(TUNING.defaults, _stages, split=1),
+        **COMMON,
+        tuning=variant_tuning(lambda config, _st=_stages: geometry(config, _st, split=1)),
+        summary=f"ablation of 07_mma without a key split: {_summary}",
+        # The swizzle's promise; the unswizzled kernels exist to break it.
+        conflict_free=() if _kid in ("07_mma_noswizzle", "07_mma_longest_first", "07_mma_plain")
+        else ("ldmatrix", "cp.async", "ld/st"),
+        variant_of="07_mma",
+    ))
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of chapter 7's climb: the kernel that adds `technique` to the step before it."""
+    number: str        # "7.1", ...: the page's number
+    kernel_id: str
+    technique: str     # what this step adds, as the page's title says it
+    page: str          # the notebook under book/ (without .ipynb)
+
+
+# Chapter 7 in steps, each one template switch of kernels/07_mma_swizzle.cu away from the one before
+# (attnlab.kernels.steps shows each step's code and its diff); the last is the chapter's kernel.
+STEPS_07: tuple[Step, ...] = (
+    Step("7.1", "07_mma_plain", "mma.sync, ldmatrix and P in registers", "ch07_1_mma"),
+    Step("7.2", "07_mma_longest_first", "The longest query tiles first", "ch07_2_longest_first"),
+    Step("7.3", "07_mma_single_buffer", "The XOR swizzle", "ch07_3_swizzle"),
+    Step("7.4", "07_mma_two_barriers", "cp.async copies ahead of their use", "ch07_4_pipeline"),
+    Step("7.5", "07_mma_nosplit", "One barrier per key tile", "ch07_5_one_barrier"),
+    Step("7.6", "07_mma", "The keys split to fill the GPU", "ch07_6_key_split"),
+)
+
+
+# FlashAttention-2's route to a full GPU, for comparison: the keys split across CTAs (grid z), fp32
+# partials in global memory, and a second kernel that combines them (attnlab.kernels.split_ctas). Split 1
+# runs the unsplit kernel alone, as FA2 does.
+register(KernelSpec(
+    id="07_mma_split_ctas",
+    title="Swizzle + double buffer (ablation: split across CTAs)",
+    entry="attn_fwd_07_mma_d64",
+    entries_by_head_dim={D: f"attn_fwd_07_mma_d{D}" for D in (64, 128)},
+    entries_by_split={s: {D: f"attn_fwd_07_mma_partial_d{D}" for D in (64, 128)} for s in range(2, SPLIT_CTAS_MAX + 1)},
+    helper_entries=("attn_combine_07",),
+    **cta_split_geometry(TUNING.defaults),
+    tuning=variant_tuning(cta_split_geometry, cta_split_tiles),
+    **{**COMMON, "extra_sources": COMMON["extra_sources"] + ("../src/attnlab/kernels/split_ctas.py",)},
+    runner="attnlab.gpu.launch:run_split_ctas",
+    summary="ablation of 07_mma: FlashAttention-2's split, the keys cut across CTAs (grid z), fp32 partials "
+            "in global memory merged by a second kernel",
+    conflict_free=("ldmatrix", "cp.async", "ld/st"),
+    variant_of="07_mma",
+))
