@@ -10,7 +10,7 @@ import tarfile
 import pytest
 
 from attnlab.session import carry, prebuild, stages
-from attnlab.kernels import registry
+from attnlab.kernels import registry, spec
 from attnlab.gpu import search
 from attnlab.kernels.compile import KernelBuildError
 
@@ -166,5 +166,5 @@ def test_the_sets_follow_their_target_not_the_gpu_at_hand(monkeypatch):
     here = (len(prebuild.static_reports()), len(prebuild.searched("sm_90")))
     monkeypatch.setattr(attnlab.gpus, "arch_at_hand", lambda: ("sm_90", "an H100's"))
     monkeypatch.setattr(attnlab.gpus, "_of_gpu_at_hand", lambda *args: (227 * 1024, "an H100's"))
-    monkeypatch.setattr(registry, "_BY_ARCH", {})
+    monkeypatch.setattr(spec, "_BY_ARCH", {})  # the kernels built per architecture: none yet
     assert (len(prebuild.static_reports()), len(prebuild.searched("sm_90"))) == here

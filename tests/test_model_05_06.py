@@ -36,8 +36,7 @@ BLOCK_M = _const(TILE_SRC, "BLOCK_M")
 WARP_M = _const(TILE_SRC, "WARP_M")
 COMPUTE_WARPS = BLOCK_M // WARP_M
 BLOCK_N_05 = _const(SRC05, "BLOCK_N")
-_bn06 = re.search(r"BLOCK_N = D == 64 \? (\d+) : (\d+);", SRC06)
-BLOCK_N_06 = {64: int(_bn06.group(1)), 128: int(_bn06.group(2))}
+BLOCK_N_06 = {64: _const(SRC06, "BLOCK_N_D64"), 128: _const(SRC06, "BLOCK_N_D128")}
 
 
 # ---------------------------------------------------------------------------------------------
