@@ -7,11 +7,13 @@ written by hand), and the climb at a glance for the overview page.
 """
 from __future__ import annotations
 
-from ..gpus import by_key, floor
+from ..gpus import floor
 from ..kernels import steps as code
-from ..kernels.registry import STEPS_07, Step
+from ..kernels.registry import STEPS_07
 from ..shapes import CH07_TARGET_SHAPES, MISSION, Shape
 from . import measured
+from .predicted import _without_executor, predictions
+from .predicted import climb_figure as predicted_climb_figure
 
 STEP_IDS = [s.kernel_id for s in STEPS_07]
 SPLITS = ["07_mma_split2", "07_mma_split4"]          # two of the launcher's choices, fixed
@@ -26,10 +28,6 @@ TARGETS = [(s, c, base, factor) for s, (base, factor) in zip(TARGET_SHAPES, GOAL
 MISSING = "not timed"  # a kernel a record holds no time for (a failed check is never timed)
 
 
-def step(number_or_id: str) -> Step:
-    return code._step(number_or_id)
-
-
 def case_name(shape: Shape, causal: bool) -> str:
     return f"{shape.label()}{' causal' if causal else ''}"
 
@@ -41,7 +39,7 @@ def floor_cell(shape: Shape, gpu, causal: bool) -> str:
 
 def diff_block(number: str) -> str:
     """The step's diff against the step before, as a highlighted MyST block."""
-    s = step(number)
+    s = code.step_of(number)
     before = code.previous(s)
     diff = code.step_diff(before, s)
     n = code.changed_lines(diff)
@@ -51,7 +49,7 @@ def diff_block(number: str) -> str:
 
 def code_dropdown(number: str) -> str:
     """The step's whole kernel, as the compiler sees it with the step's switches, in a dropdown."""
-    s = step(number)
+    s = code.step_of(number)
     return (f"::::{{dropdown}} The kernel of step {s.number} (`{s.kernel_id}`), with its switches applied\n"
             f"```cuda\n{code.step_source(s)}```\n::::")
 
@@ -84,7 +82,7 @@ class Timings:
         return f"**Measured.** On {self.label}, {what} took " + ", ".join(parts) + f" the time of `{other}`."
 
     def step_sentence(self, number: str) -> str | None:
-        s = step(number)
+        s = code.step_of(number)
         before = code.previous(s)
         return self.sentence(s.kernel_id, before.kernel_id,
                              f"step {s.number} (`{s.kernel_id}`)")
@@ -93,15 +91,6 @@ class Timings:
 def measured_or(text: str | None, without: str) -> str:
     """The measured sentence, or what the page can say without one (never a number of time)."""
     return text if text is not None else f"**Not measured here.** {without}"
-
-
-def _traces_and_predictions():
-    from ..executor.trace import trace
-    from ..model.bounds import PREDICTED_GPUS, predict
-
-    traces = {kid: trace(kid, MISSION, False) for kid in STEP_IDS}
-    preds = {kid: {g: predict(kid, MISSION, False, g) for g in PREDICTED_GPUS} for kid in STEP_IDS}
-    return traces, preds
 
 
 def climb_rows(traces: dict, preds: dict) -> tuple[list[str], list[list]]:
@@ -119,25 +108,21 @@ def climb_rows(traces: dict, preds: dict) -> tuple[list[str], list[list]]:
     return header, rows
 
 
+@_without_executor
 def climb_table() -> None:
     """Show the climb at a glance (counted and predicted at the mission shape; no time measured)."""
+    from ..executor.trace import trace
     from .page import md_table
-    from .predicted import _without_executor
 
-    @_without_executor
-    def show():
-        traces, preds = _traces_and_predictions()
-        print(f"Counted on the CPU executor at {MISSION.label()} (every CTA; counts, never times), and predicted "
-              "from those counts by the book's time model (predictions, not measurements):")
-        md_table(*climb_rows(traces, preds))
-    show()
+    traces = {kid: trace(kid, MISSION, False) for kid in STEP_IDS}
+    print(f"Counted on the CPU executor at {MISSION.label()} (every CTA; counts, never times), and predicted "
+          "from those counts by the book's time model (predictions, not measurements):")
+    md_table(*climb_rows(traces, {kid: predictions(kid) for kid in STEP_IDS}))
 
 
 def climb_figure():
     """Each step's predicted time on each GPU the model predicts for (predicted.climb_figure)."""
-    from .predicted import climb_figure as figure
-
-    return figure(STEP_IDS)
+    return predicted_climb_figure(STEP_IDS)
 
 
 def climb_measured_rows(timings: Timings) -> tuple[list[str], list[list]]:
@@ -165,7 +150,3 @@ def glue_climb_measured(timings: Timings) -> None:
     glue_md("ch07_climb_measured", f"**Measured.** On {timings.label}, each step's time over the step before's, in "
                                    "the same run (below 1: the step made the kernel faster):")
     md_table(*climb_measured_rows(timings))
-
-
-def l4():
-    return by_key("L4")

@@ -846,7 +846,7 @@ def _draw_pipeline(ax, t: Trace, launch: int = 0, tiles: bool = False) -> list:
     from matplotlib.patches import Patch, Rectangle
 
     cells = pipeline_tiles(t, launch) if tiles else pipeline_events(t, launch)
-    stage_of_tile = {group: st for _, _, st, group in (_stage_events(t, launch) or ((), ()))[0]}
+    stage_of_tile = {group: st for _, _, st, group in (_stage_events(t, launch) or ((), ()))[0]} if tiles else {}
     regions = stage_regions(t, launch)
     c = t.launches[launch]
     warps = int(np.prod(c.block)) // 32

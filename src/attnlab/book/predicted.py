@@ -151,13 +151,24 @@ def grid_fill(kernel_id: str, gpu: str, shape: Shape = MISSION, causal: bool = F
     return placement(per_cta, g.sms), np.max(np.stack(list(per_cta.values())), axis=0) * 1e6, t.launches[0].grid
 
 
+def _stack_ctas(ax, owner, us, sms: int, color):
+    """Each CTA as a bar on its SM, stacked on those before it in launch order, coloured by
+    color(its height, the height below it); the height each SM reaches."""
+    import numpy as np
+
+    base = np.zeros(sms)
+    for sm, h in zip(owner, us):
+        ax.bar(sm, h, bottom=base[sm], width=0.9, color=color(h, base[sm]), edgecolor="white", linewidth=0.3)
+        base[sm] += h
+    return base
+
+
 @_without_executor
 def grid_fill_figure(kernel_id: str, shape: Shape = MISSION, gpus=PREDICTED_GPUS):
     """Per SM, the CTAs the launcher's grid puts on it (stacked, in the order they arrive), each as
     tall as its predicted time on its largest resource: non-causal and causal, on each GPU. Idle SMs
     and a second wave show as gaps and towers."""
     import matplotlib.pyplot as plt
-    import numpy as np
 
     from ..gpus import by_key
     from .executor_view import FIGURE_WIDTH
@@ -169,11 +180,7 @@ def grid_fill_figure(kernel_id: str, shape: Shape = MISSION, gpus=PREDICTED_GPUS
             ax = axes[row][col]
             owner, us, grid = grid_fill(kernel_id, gpu, shape, causal)
             sms = by_key(gpu).sms
-            base = np.zeros(sms)
-            for sm, h in zip(owner, us):
-                ax.bar(sm, h, bottom=base[sm], width=0.9, color=colors[2] if base[sm] > 0 else colors[0],
-                       edgecolor="white", linewidth=0.3)
-                base[sm] += h
+            base = _stack_ctas(ax, owner, us, sms, lambda h, below: colors[2] if below > 0 else colors[0])
             idle = int((base == 0).sum())
             ax.set_title(f"{gpu}{', causal' if causal else ''}: grid {tuple(grid)}, {len(owner)} CTAs on {sms} SMs"
                          f"{f', {idle} idle' if idle else ''}", fontsize=7.5)
@@ -195,7 +202,6 @@ def launch_order_figure(kernel_ids, gpu: str = "L4", shape: Shape = MISSION, cau
     the SM with the least work so far), stacked, each as tall as its predicted time: side by side,
     the same work launched in two orders. The SM that finishes last sets the time."""
     import matplotlib.pyplot as plt
-    import numpy as np
 
     from ..gpus import by_key
     from .executor_view import FIGURE_WIDTH
@@ -205,10 +211,7 @@ def launch_order_figure(kernel_ids, gpu: str = "L4", shape: Shape = MISSION, cau
     colors = plt.get_cmap("viridis")
     for ax, kid in zip(axes[0], kernel_ids):
         owner, us, grid = grid_fill(kid, gpu, shape, causal)
-        base = np.zeros(sms)
-        for sm, h in zip(owner, us):
-            ax.bar(sm, h, bottom=base[sm], width=0.9, color=colors(h / us.max()), edgecolor="white", linewidth=0.3)
-            base[sm] += h
+        base = _stack_ctas(ax, owner, us, sms, lambda h, below: colors(h / us.max()))
         ax.axhline(base.max(), color="black", lw=0.8, ls=":")
         ax.set_title(f"{kid}: the busiest SM's CTAs take {base.max():.1f} µs, launch not included (predicted)",
                      fontsize=7.5)

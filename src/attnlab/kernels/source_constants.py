@@ -84,3 +84,16 @@ def constant(name: str, const: str, *headers: str) -> int:
     if const not in found:
         raise KeyError(f"kernels/{name} defines no integer constant {const}; it defines {', '.join(sorted(found))}")
     return found[const]
+
+
+@functools.cache
+def macro_calls(name: str, macro: str) -> dict[str, dict[str, str]]:
+    """Each line of kernels/`name` that invokes the function-like `macro` at its start, by its first
+    argument (an entry's name): the other arguments as written, by the macro's parameter names."""
+    text = (kernels_dir() / name).read_text()
+    params = [p.strip() for p in re.search(rf"#define {macro}\(([^)]*)\)", text).group(1).split(",")]
+    calls = {}
+    for m in re.finditer(rf"^{macro}\(([^)]*)\)", text, re.M):
+        args = [a.strip() for a in m.group(1).split(",")]
+        calls[args[0]] = dict(zip(params[1:], args[1:], strict=True))
+    return calls

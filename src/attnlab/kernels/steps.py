@@ -15,6 +15,7 @@ import re
 
 from ..paths import kernels_dir
 from .registry import STEPS_07, Step, get
+from .source_constants import constants, macro_calls
 
 SOURCE = "07_mma_swizzle.cu"
 ENTRY_MACRO = "ATTN07_ENTRY"
@@ -25,44 +26,34 @@ SWITCHES = ("SWIZZLE", "STAGES", "ONE_BARRIER", "LONGEST_FIRST", "KV_SPLIT")
 FIXED = {"PARTIAL": False}
 
 
-def _step(step: Step | str) -> Step:
-    if isinstance(step, Step):
-        return step
+def step_of(key: Step | str) -> Step:
+    """A chapter-7 step by its number ("7.3") or kernel id (a Step is returned as it is)."""
+    if isinstance(key, Step):
+        return key
     for s in STEPS_07:
-        if step in (s.number, s.kernel_id):
+        if key in (s.number, s.kernel_id):
             return s
-    raise KeyError(f"no chapter-7 step {step!r}; steps: {', '.join(s.number for s in STEPS_07)}")
+    raise KeyError(f"no chapter-7 step {key!r}; steps: {', '.join(s.number for s in STEPS_07)}")
 
 
 def shown_entry(step: Step | str) -> str:
     """The extern "C" entry whose code stands for the step (at D = 64): for the key split, the
     2-way split's, the smallest split that runs its merge."""
-    spec = get(_step(step).kernel_id, "sm_89")
+    spec = get(step_of(step).kernel_id, "sm_89")
     if spec.entries_by_split:
         return spec.entries_by_split[min(spec.entries_by_split)][64]
     return spec.entry_for(64)
 
 
-def entry_switches(entry: str, config: dict[str, int] | None = None) -> dict[str, int | bool]:
-    """The template switches the source's `ATTN07_ENTRY(entry, ...)` line gives `entry`. A switch
-    passed as a named constant (STAGES_D64) takes its value from `config` (the knob ATTN07_<name>;
-    the chapter's own values, the L4's, by default)."""
-    text = (kernels_dir() / SOURCE).read_text()
-    params = re.search(rf"#define {ENTRY_MACRO}\(([^)]*)\)", text).group(1).replace(" ", "").split(",")
-    line = re.search(rf"^{ENTRY_MACRO}\({re.escape(entry)},([^)]*)\)", text, re.M)
-    if line is None:
+def entry_switches(entry: str) -> dict[str, int | bool]:
+    """The template switches the source's `ATTN07_ENTRY(entry, ...)` line gives `entry`; one passed
+    as a named constant (STAGES_D64) takes the source's own value (the L4's)."""
+    calls = macro_calls(SOURCE, ENTRY_MACRO)
+    if entry not in calls:
         raise KeyError(f"{SOURCE} has no {ENTRY_MACRO} line for {entry}")
-    args = [a.strip() for a in line.group(1).split(",")]
-    config = config if config is not None else get("07_mma", "sm_89").tuning.defaults
-    values: dict[str, int | bool] = {}
-    for name, arg in zip(params[1:], args):
-        if arg in ("true", "false"):
-            values[name] = arg == "true"
-        elif arg.isdigit():
-            values[name] = int(arg)
-        else:
-            values[name] = int(config[f"ATTN07_{arg}"])
-    return values
+    named = constants(SOURCE)
+    return {param: arg == "true" if arg in ("true", "false") else int(arg) if arg.isdigit() else named[arg]
+            for param, arg in calls[entry].items()}
 
 
 def step_switches(step: Step | str) -> dict[str, int | bool]:
@@ -255,7 +246,7 @@ def step_source(step: Step | str) -> str:
 
 def step_diff(before: Step | str, after: Step | str, context: int = 2) -> str:
     """The unified diff from one step's code to the next's."""
-    a, b = _step(before), _step(after)
+    a, b = step_of(before), step_of(after)
     lines = difflib.unified_diff(step_source(a).splitlines(keepends=True), step_source(b).splitlines(keepends=True),
                                  fromfile=f"{a.number} {a.kernel_id}", tofile=f"{b.number} {b.kernel_id}",
                                  n=context)
@@ -270,6 +261,6 @@ def changed_lines(diff: str) -> int:
 
 def previous(step: Step | str) -> Step | None:
     """The step before this one (None for the first)."""
-    s = _step(step)
+    s = step_of(step)
     k = STEPS_07.index(s)
     return STEPS_07[k - 1] if k else None

@@ -7,14 +7,12 @@ launcher passes to the compiler as defines.
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
 from typing import Callable
 
-from ...paths import kernels_dir
 from ...shapes import Shape
 from ..spec import KernelSpec, Knob, Tuning, cdiv, register
-from ..source_constants import constants
+from ..source_constants import constants, macro_calls
 
 SOURCE = "07_mma_swizzle.cu"
 _C = constants(SOURCE)
@@ -32,11 +30,13 @@ MAX_STAGES = 3                # and the most stages it gives
 # build to it. Registers move between CUDA toolkits: a build over the bound fails that test, and
 # the bound moves with it.
 REGISTERS = {64: 160, 128: 232}
-# KV_SPLIT > 1 entries of 07_mma: split -> head dims (attn_fwd_07_mma_split{s}_d{D}). A split runs
-# where its slice of the key tile is whole 16-key MMA steps: 4 at D = 128 needs the 64-key tile.
+# KV_SPLIT > 1 entries of 07_mma: split -> head dims (attn_fwd_07_mma_split{s}_d{D}), from the
+# source's ATTN07_ENTRY lines. A split runs where its slice of the key tile is whole 16-key MMA
+# steps: 4 at D = 128 needs the 64-key tile.
 SPLIT_ENTRIES: dict[int, tuple[int, ...]] = {}
-for _s, _d in re.findall(r"^ATTN07_ENTRY\(attn_fwd_07_mma_split(\d+)_d(\d+),", (kernels_dir() / SOURCE).read_text(), re.M):
-    SPLIT_ENTRIES[int(_s)] = SPLIT_ENTRIES.get(int(_s), ()) + (int(_d),)
+for _args in macro_calls(SOURCE, "ATTN07_ENTRY").values():
+    if int(_args["KV_SPLIT"]) > 1:
+        SPLIT_ENTRIES[int(_args["KV_SPLIT"])] = SPLIT_ENTRIES.get(int(_args["KV_SPLIT"]), ()) + (int(_args["D"]),)
 
 # The launcher's choice of key split. The rule is ours, in the form of FlashAttention-2's
 # num_splits_heuristic (csrc/flash_attn/flash_api.cpp): no split while the unsplit grid already
