@@ -14,7 +14,7 @@ from attnlab.executor.library import load
 
 FAULTS = Path(__file__).parent / "executor"
 ENTRIES = ["fault_global_oob", "fault_static_shared_oob", "fault_dynamic_shared_oob", "shared_neighbour",
-           "async_copy", "fault_deadlock", "fault_barrier_after_exit", "fault_barrier_count",
+           "async_copy", "fault_deadlock", "early_return_then_barrier", "fault_barrier_count",
            "fault_divergent_collective", "fault_shuffle_mask", "fault_uninitialized", "probe_ldmatrix", "probe_mma", "probe_half"]
 
 
@@ -58,6 +58,7 @@ def test_global_out_of_bounds_is_reported_with_its_line(lib):
 def test_static_shared_out_of_bounds(lib):
     report = run(lib, "fault_static_shared_oob", 64, [np.zeros(64, np.float32), 64])
     assert "shared out of bounds" in kinds(report)
+    assert "buf[64]" in report.findings[0].message  # by name and index, past its 64 elements
 
 
 def test_dynamic_shared_out_of_bounds(lib):
@@ -93,13 +94,17 @@ def test_deadlock_says_where_every_warp_waits(lib):
     report = run(lib, "fault_deadlock", 64, [np.zeros(64, np.float32)])
     assert not report.completed
     assert kinds(report) == {"deadlock"}
-    assert "warp 1 lanes 0-31 wait at bar.sync 1" in report.findings[0].message
+    assert "warp 1 lanes 0-31 wait at bar.sync 1 at ptx.cuh:" in report.findings[0].message
+    assert "< faults.cu:" in report.findings[0].message  # the kernel's line that called it
+    assert "0x" not in report.findings[0].message  # source lines, not addresses
 
 
-def test_barrier_after_exit(lib):
-    report = run(lib, "fault_barrier_after_exit", 64, [np.zeros(64, np.float32), 32])
-    assert "barrier after exit" in kinds(report)
-    assert run(lib, "fault_barrier_after_exit", 64, [np.zeros(64, np.float32), 64]).clean
+def test_barrier_after_some_threads_returned_is_legal(lib):
+    # `if (i >= n) return;` before __syncthreads: the exited threads release the barrier (PTX exit).
+    out = np.zeros(64, np.float32)
+    assert run(lib, "early_return_then_barrier", 64, [out, 32]).clean
+    assert (out[:32] == 1).all() and (out[32:] == 0).all()
+    assert run(lib, "early_return_then_barrier", 64, [np.zeros(64, np.float32), 64]).clean
 
 
 def test_named_barrier_count_mismatch(lib):

@@ -52,8 +52,8 @@ extern "C" __global__ void fault_deadlock(float* out) {
     out[threadIdx.x] = 1.f;
 }
 
-// A barrier after exit: half the block returns before __syncthreads.
-extern "C" __global__ void fault_barrier_after_exit(float* out, int n) {
+// A barrier after some threads returned: legal (exited threads no longer hold up __syncthreads).
+extern "C" __global__ void early_return_then_barrier(float* out, int n) {
     if ((int)threadIdx.x >= n) return;
     __syncthreads();
     out[threadIdx.x] = 1.f;

@@ -7,11 +7,12 @@ its instrumentation: every load and store calls __tsan_read<N>/__tsan_write<N>, 
 defines; ThreadSanitizer's own library is never linked.
 
 One rewrite happens on the way, in a copy of kernels/ (line numbers kept, and #line directives
-point diagnostics and debug information at the real files): a `__shared__` array declaration
-becomes a reference into the block's shared memory, which the runtime owns. C++ has no storage
-class that is "one per block of fibers", so `extern __shared__ T name[];` becomes
-`T* const name = ...dynamic_shared(...)` and `__shared__ T name[N];` becomes
-`T (&name)[N] = ...static_shared(...)`. Nothing else in the source changes.
+point diagnostics and debug information at the real files): a `__shared__` declaration becomes a
+reference into the block's shared memory, which the runtime owns. C++ has no storage class that
+is "one per block of fibers", so `extern __shared__ T name[];` becomes
+`T* const name = ...dynamic_shared(...)` and `__shared__ T name[R][C], x;` becomes
+`type_t<T[R][C]>& name = ...static_shared_as<T[R][C]>(...); type_t<T>& x = ...;`, each slot
+named so that findings say `name[3][17]`. Nothing else in the source changes.
 """
 from __future__ import annotations
 
@@ -41,10 +42,15 @@ KERNEL_FLAGS = ("-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0"
                 "-include", "attn_cpu/prelude.h")
 RUNTIME_FLAGS = ("-O2", "-fvisibility=hidden")
 
-# `extern __shared__ [__align__(N)] TYPE NAME[];` and `__shared__ [__align__(N)] TYPE NAME[COUNT];`,
-# TYPE possibly several words ("unsigned char").
-_DYNAMIC = re.compile(r"extern[ \t]+__shared__[ \t]+(?:__align__\((\d+)\)[ \t]+)?([A-Za-z_][\w: \t]*?)[ \t]+(\w+)[ \t]*\[[ \t]*\][ \t]*;")
-_STATIC = re.compile(r"__shared__[ \t]+(?:__align__\((\d+)\)[ \t]+)?([A-Za-z_][\w: \t]*?)[ \t]+(\w+)[ \t]*\[([^\]\n]+)\][ \t]*;")
+# A `__shared__` declaration, on one line: its qualifiers before the keyword, and everything up to
+# the semicolon (the type, `__align__(N)`, and one or more declarators: `x`, `a[N]`, `t[R][C]`).
+_SHARED_DECL = re.compile(r"(?P<extern>\bextern[ \t]+)?(?P<quals>(?:\b(?:static|volatile)[ \t]+)*)\b__shared__\b"
+                          r"(?P<rest>[^;{}\n]*);")
+_ALIGN = re.compile(r"__align__[ \t]*\(([^()]*)\)")
+# The first declarator with the type before it (the type is what is left of the shortest match),
+# and each further declarator: pointer stars, a name, array extents.
+_FIRST = re.compile(r"^(?P<type>.*?\S)(?P<stars>[\s*]*?)\s*\b(?P<name>[A-Za-z_]\w*)\s*(?P<dims>(?:\[[^\]]*\]\s*)*)$")
+_NEXT = re.compile(r"^\s*(?P<stars>[\s*]*?)\s*\b(?P<name>[A-Za-z_]\w*)\s*(?P<dims>(?:\[[^\]]*\]\s*)*)$")
 
 
 class ExecutorUnavailable(RuntimeError):
@@ -71,22 +77,58 @@ def compiler_version(cxx: str) -> str:
     return out.stdout.splitlines()[0] if out.stdout else cxx
 
 
+def _split_top_level(text: str) -> list[str]:
+    """`text` split at the commas outside brackets and parentheses."""
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        depth += ch in "[(" 
+        depth -= ch in "])"
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    return parts + [current]
+
+
+def _shared_declaration(m: re.Match, counter) -> str:
+    """The C++ that binds each declarator of one `__shared__` declaration to the runtime's shared
+    memory, on one line; the declaration unchanged when it is not one this rewrite knows (the
+    leftover `__shared__` then fails the build, naming ATTN_CPU_UNSUPPORTED_SHARED_DECLARATION)."""
+    rest = m.group("rest")
+    aligns = _ALIGN.findall(rest)
+    rest = _ALIGN.sub(" ", rest)
+    volatile = "volatile " if "volatile" in m.group("quals") else ""
+    pieces = _split_top_level(rest)
+    first = _FIRST.match(pieces[0].strip())
+    if not first or any(not _NEXT.match(p) for p in pieces[1:]):
+        return m.group(0)
+    ctype = volatile + " ".join(first.group("type").split())
+    align = aligns[0] if aligns else "0"
+    out = []
+    for i, piece in enumerate(pieces):
+        d = first if i == 0 else _NEXT.match(piece)
+        stars = d.group("stars").replace(" ", "").replace("\t", "")
+        name, dims = d.group("name"), "".join(d.group("dims").split())
+        if m.group("extern"):
+            if dims != "[]" or stars:
+                return m.group(0)
+            out.append(f"{ctype}* const {name} = static_cast<{ctype}*>("
+                       f"attn_cpu::dynamic_shared({align}, \"{name}\", sizeof({ctype})));")
+        else:
+            full = f"{ctype}{stars}{dims}"
+            out.append(f"attn_cpu::type_t<{full}>& {name} = "
+                       f"attn_cpu::static_shared_as<{full}>({next(counter)}, {align}, \"{name}\");")
+    return " ".join(out)
+
+
 def rewrite_shared(text: str, file_id: int) -> str:
-    """The source with each __shared__ array declaration bound to the runtime's shared memory.
-    Line numbers are unchanged: every replacement stays on its line."""
-    def dynamic(m):
-        align, ctype, name = m.group(1) or "16", m.group(2), m.group(3)
-        return f"{ctype}* const {name} = static_cast<{ctype}*>(attn_cpu::dynamic_shared({align}));"
-
+    """The source with each __shared__ declaration bound to the runtime's shared memory: `extern
+    __shared__ T name[];` becomes a pointer to the launch's dynamic bytes, and every static
+    declaration (scalars, arrays of any rank, several names in one statement) a reference to a
+    slot of its own. Line numbers are unchanged: every replacement stays on its line."""
     counter = iter(range(file_id * 1000, file_id * 1000 + 1000))
-
-    def static(m):
-        align, ctype, name, count = m.group(1), m.group(2), m.group(3), m.group(4)
-        align = align or f"alignof({ctype})"
-        return (f"{ctype} (&{name})[{count}] = *static_cast<{ctype} (*)[{count}]>("
-                f"attn_cpu::static_shared({next(counter)}, sizeof({ctype}[{count}]), {align}));")
-
-    return _STATIC.sub(static, _DYNAMIC.sub(dynamic, text))
+    return _SHARED_DECL.sub(lambda m: _shared_declaration(m, counter), text)
 
 
 def _tree_digest(paths) -> str:

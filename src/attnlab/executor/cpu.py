@@ -76,6 +76,7 @@ class CpuCase:
     sdpa_err: float
     findings: list[str] = field(default_factory=list)
     reason: str = ""
+    hazards: list[str] = field(default_factory=list)  # per finding, its kind and pair of source sites
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -105,9 +106,13 @@ class _Buffers:
     def __enter__(self):
         return self
 
-    def put(self, tensor=None, nbytes=None, fill=None, name: str = "?") -> int:
+    def put(self, tensor=None, nbytes=None, fill=None, name: str = "?", itemsize: int = 1, shape=None) -> int:
+        """A buffer holding `tensor` (or `nbytes` filled with `fill`); its name, element size and shape
+        name its bytes in findings (`O[0][1][17][3]`)."""
         nbytes = nbytes if nbytes is not None else tensor.numel() * tensor.element_size()
-        ptr = self.lib.alloc(nbytes)
+        if tensor is not None:
+            itemsize, shape = tensor.element_size(), tuple(tensor.shape)
+        ptr = self.lib.alloc(nbytes, name, itemsize, shape)
         self.names.append(name)
         if tensor is not None:
             ctypes.memmove(ptr, tensor.data_ptr(), nbytes)
@@ -165,7 +170,7 @@ def _fused_cpu(spec, shape, lib, buf, q, k, v, causal, scale, out, options, cfg=
     `shape`) on the executor, o filled with NaN so that a row the kernel never writes shows."""
     cfg = cfg or spec.launch_config(shape, sms)
     ptrs = [buf.put(t, name=n) for t, n in ((q, "Q"), (k, "K"), (v, "V"))] + \
-        [buf.put(nbytes=out.numel() * 2, fill=0xFF, name="O")]
+        [buf.put(nbytes=out.numel() * 2, fill=0xFF, name="O", itemsize=2, shape=out.shape)]
     report = lib.launch(cfg["entry"], cfg["grid"], cfg["block"], cfg["dynamic_smem"],
                         ptrs + [shape.L, shape.D, scale, int(bool(causal))], **options)
     buf.get(ptrs[3], out)
@@ -199,10 +204,10 @@ def _split_ctas_cpu(spec, shape, lib, buf, q, k, v, causal, scale, out, options,
     if splits == 1:  # the unsplit kernel, straight into out
         return _fused_cpu(spec, shape, lib, buf, q, k, v, causal, scale, out, options, cfg)
     q_ptr, k_ptr, v_ptr = (buf.put(t, name=n) for t, n in ((q, "Q"), (k, "K"), (v, "V")))
-    o_ptr = buf.put(nbytes=out.numel() * 2, fill=0xFF, name="O")
+    o_ptr = buf.put(nbytes=out.numel() * 2, fill=0xFF, name="O", itemsize=2, shape=out.shape)
     o_shape, ml_shape = split_ctas.scratch_shapes(shape, splits)
-    o_part = buf.put(nbytes=4 * math.prod(o_shape), fill=0xFF, name="O partials")
-    ml = buf.put(nbytes=4 * math.prod(ml_shape), fill=0xFF, name="m, l partials")
+    o_part = buf.put(nbytes=4 * math.prod(o_shape), fill=0xFF, name="O partials", itemsize=4, shape=o_shape)
+    ml = buf.put(nbytes=4 * math.prod(ml_shape), fill=0xFF, name="m, l partials", itemsize=4, shape=ml_shape)
     first = lib.launch(cfg["entry"], cfg["grid"], cfg["block"], cfg["dynamic_smem"],
                        list(split_ctas.partial_args(shape, q_ptr, k_ptr, v_ptr, o_part, ml, causal, scale)), **options)
     combine = split_ctas.combine_config(shape)
@@ -245,14 +250,17 @@ def check_case_cpu(spec: KernelSpec, shape: Shape, causal: bool, seed: int, race
                                 src_dir=src_dir, time_limit=time_limit)
     verdict = judge(out, ref, fp16_err, ATOL_FLOOR)
     name = label or spec.id
-    findings = [f.line(name) for f in report.findings] + [f"{name}: {b}" for b in bank_claims_broken(spec, report)]
+    banks_broken = [f"{name}: {b}" for b in bank_claims_broken(spec, report)]
+    findings = [f.line(name) for f in report.findings] + banks_broken
+    hazards = [f"{name}: {f.kind} at {f.where}" + (f" and {f.other_where}" if f.other_where else "")
+               for f in report.findings] + [b.split(":")[0] + ": " + b.split(": ")[1] for b in banks_broken]
     reasons = [] if verdict.passed else [verdict.reason]
     if not report.completed:
         reasons.append("the launch did not complete")
     if findings:
         reasons.append(f"{len(findings)} finding(s)")
     return CpuCase(name, tuple(shape), causal, seed, verdict.passed and report.completed and not findings, verdict.max_err,
-                   verdict.tolerance, fp16_err, sdpa_err, findings, "; ".join(reasons))
+                   verdict.tolerance, fp16_err, sdpa_err, findings, "; ".join(reasons), hazards)
 
 
 def run_suite_cpu(specs, shapes=None, seeds=(0,), progress: bool = True, labels=None) -> list[CpuCase]:
@@ -289,8 +297,13 @@ def format_table_cpu(cases: list[CpuCase]) -> str:
         note = next((c.reason for c in group if not c.passed), "")
         lines.append(f"{kernel:<{kw}} {str(shape):<20} {str(causal):<6} {passed}/{len(group):<3} {err:>9.2e} "
                      f"{min(c.tolerance for c in group):>9.2e}  {note}")
-    findings = list(dict.fromkeys(f for c in cases for f in c.findings))
+    # One line per hazard (a kind at a pair of source sites), as racecheck prints it: the first
+    # case's line, and in how many cases it came back.
+    hazards: dict[str, list[str]] = {}
+    for c in cases:
+        for text, key in zip(c.findings, c.hazards or c.findings):
+            hazards.setdefault(key, []).append(text)
     lines.append(f"{sum(c.passed for c in cases)}/{len(cases)} cases passed on the CPU executor "
-                 f"(CPU run: correctness and findings, no timing); {len(findings)} distinct finding(s)")
-    lines += findings
+                 f"(CPU run: correctness and findings, no timing); {len(hazards)} distinct finding(s)")
+    lines += [texts[0] + (f" (in {len(texts)} cases)" if len(texts) > 1 else "") for texts in hazards.values()]
     return "\n".join(lines)

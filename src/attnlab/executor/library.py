@@ -7,6 +7,7 @@ this library allocated (`alloc`), so that every global access can be checked aga
 from __future__ import annotations
 
 import ctypes
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,8 +21,37 @@ OPT_PREEMPT = 4
 OPT_COUNT = 8
 
 BANK_KINDS = ("ldmatrix", "cp.async", "ld/st")
-_CTYPE_OF = {"p": ctypes.c_void_p, "i": ctypes.c_int32, "u": ctypes.c_uint32, "f": ctypes.c_float,
-             "l": ctypes.c_int64, "d": ctypes.c_double}
+# thunk.h's parameter letters -> the ctypes value passed ('h', a __half, goes as its 16 bits).
+_CTYPE_OF = {"p": ctypes.c_void_p, "P": ctypes.c_void_p, "b": ctypes.c_bool, "c": ctypes.c_int8,
+             "C": ctypes.c_uint8, "s": ctypes.c_int16, "S": ctypes.c_uint16, "i": ctypes.c_int32,
+             "u": ctypes.c_uint32, "l": ctypes.c_int64, "L": ctypes.c_uint64, "f": ctypes.c_float,
+             "d": ctypes.c_double, "h": ctypes.c_uint16}
+# Tokens in the runtime's messages (runtime.h, report): a code address, a byte of a global buffer.
+_PC_TOKEN = re.compile(r"\{pc:([0-9a-f]+)\}")
+_GLOBAL_TOKEN = re.compile(r"\{global:(\d+):(-?\d+)\}")
+
+
+@dataclass(frozen=True)
+class BufferInfo:
+    """What a global buffer holds, so that a finding can name its bytes: `name[i][j]`."""
+    name: str
+    itemsize: int = 1
+    shape: tuple[int, ...] | None = None
+
+    def element(self, offset: int) -> str:
+        index, byte = divmod(offset, self.itemsize)
+        count = 1
+        for extent in self.shape or ():
+            count *= extent
+        if self.shape and 0 <= index < count:
+            idx = []
+            for extent in reversed(self.shape):
+                idx.append(index % extent)
+                index //= extent
+            text = self.name + "".join(f"[{i}]" for i in reversed(idx))
+        else:
+            text = f"{self.name}[{index}]"
+        return text + (f" (byte {byte})" if byte else "")
 
 
 @dataclass(frozen=True)
@@ -37,16 +67,29 @@ class Finding:
     other_warp: int = -1
     other_lane: int = -1
     other_where: str = ""
+    bytes: int = 0        # distinct bytes the hazard touched (0: not a memory hazard)
+    threads: int = 0      # distinct threads that met it
+
+    def key(self) -> tuple[str, str, str]:
+        """The hazard: its kind at its pair of source sites (as racecheck groups them)."""
+        return self.kind, self.where, self.other_where
 
     def line(self, kernel: str = "") -> str:
         head = f"{kernel}: " if kernel else ""
         who = f"block {self.block}" + (f", warp {self.warp} lane {self.lane}" if self.warp >= 0 else "")
         text = f"{head}{self.kind}: {self.message} ({who}, at {self.where}"
-        if self.other_warp >= 0 or self.other_where:
+        if self.other_warp >= 0:
             text += f"; the other side: warp {self.other_warp} lane {self.other_lane}"
             text += f" at {self.other_where}" if self.other_where else ""
+        elif self.other_where:
+            text += f"; the other side at {self.other_where}"
         text += ")"
-        return text + (f" [x{self.count}]" if self.count > 1 else "")
+        tally = [f"x{self.count}"] if self.count > 1 else []
+        if self.bytes:
+            tally.append(f"{self.bytes} byte{'s' * (self.bytes != 1)}")
+        if self.threads > 1:
+            tally.append(f"{self.threads} threads")
+        return text + (f" [{', '.join(tally)}]" if tally else "")
 
 
 @dataclass
@@ -67,6 +110,7 @@ class LaunchReport:
     findings: list[Finding] = field(default_factory=list)
     banks: dict[str, BankCounts] = field(default_factory=dict)
     counts: list[LaunchCounts] = field(default_factory=list)  # one per launch made with count=True
+    stdout: str = ""                      # what the kernel's printf calls wrote
 
     @property
     def clean(self) -> bool:
@@ -79,7 +123,7 @@ class LaunchReport:
                                     for f in ("requests", "wavefronts", "ideal")))
                  for kind in self.banks.keys() & later.banks.keys()}
         return LaunchReport(self.completed and later.completed, self.findings + later.findings, banks,
-                            self.counts + later.counts)
+                            self.counts + later.counts, self.stdout + later.stdout)
 
 
 class Library:
@@ -95,6 +139,12 @@ class Library:
             [ctypes.c_uint] * 6 + [ctypes.c_size_t, ctypes.c_uint64, ctypes.c_uint, ctypes.c_double]
         self._lib.attn_cpu_report.restype = ctypes.c_size_t
         self._lib.attn_cpu_report.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        self._lib.attn_cpu_stdout.restype = ctypes.c_size_t
+        self._lib.attn_cpu_stdout.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        self._lib.attn_cpu_mark_read_only.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        self._lib.attn_cpu_buffer_base.restype = ctypes.c_void_p
+        self._lib.attn_cpu_buffer_base.argtypes = [ctypes.c_void_p]
+        self.buffers: list[BufferInfo] = []  # the live buffers, in allocation order (the runtime's indices)
         self._lib.attn_cpu_banks.argtypes = [ctypes.POINTER(ctypes.c_longlong)]
         declare(self._lib)
 
@@ -103,22 +153,29 @@ class Library:
         fn.restype = ctypes.c_char_p
         return fn().decode()
 
-    def alloc(self, nbytes: int) -> int:
+    def alloc(self, nbytes: int, name: str | None = None, itemsize: int = 1, shape=None) -> int:
+        """A global buffer of `nbytes`; `name`, `itemsize` and `shape` name its bytes in findings."""
         ptr = self._lib.attn_cpu_alloc(int(nbytes))
         if not ptr:
             raise MemoryError(f"the executor could not map {nbytes} bytes")
+        self.buffers.append(BufferInfo(name or f"global buffer {len(self.buffers)}", int(itemsize),
+                                       tuple(int(x) for x in shape) if shape is not None else None))
         return ptr
 
     def free_all(self) -> None:
         self._lib.attn_cpu_free_all()
+        self.buffers = []
 
     def launch(self, entry: str, grid, block, shared_bytes: int, args, seed: int = 0, races: bool = True,
                banks: bool = False, preempt: bool = True, time_limit: float = 300.0, count: bool = False,
-               trace_block: int | None = None, block_range: tuple[int, int] | None = None) -> LaunchReport:
+               trace_block: int | None = None, block_range: tuple[int, int] | None = None,
+               buffers=None) -> LaunchReport:
         """Run the grid. `count`: also count what it did, per instruction site and per block
         (attnlab.executor.counts), and record every event of block `trace_block` (its linear index;
         None: no trace). `block_range`: run only the blocks [lo, hi) of the grid, and read back the
-        bytes each buffer had touched (a share of a counted launch; attnlab.executor.trace)."""
+        bytes each buffer had touched (a share of a counted launch; attnlab.executor.trace).
+        `buffers`: (name, itemsize, shape) per global buffer in allocation order, naming their bytes
+        in findings (default: what `alloc` was told)."""
         sig = self.signature(entry)
         if len(args) != len(sig):
             raise TypeError(f"{entry} takes {len(sig)} arguments ({sig}); got {len(args)}")
@@ -127,7 +184,11 @@ class Library:
             ctype = _CTYPE_OF.get(code)
             if ctype is None:
                 raise TypeError(f"{entry}: parameter {i} has a type the executor does not pass")
+            if code == "h":  # a __half by value: its bits
+                import numpy as np
+                value = int(np.float16(value).view(np.uint16))
             values.append(ctype(value))
+        self._mark_read_only(sig, args)
         argv = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values])
         grid = tuple(grid) + (1,) * (3 - len(grid))
         block = tuple(block) + (1,) * (3 - len(block))
@@ -143,20 +204,56 @@ class Library:
             self._lib.attn_cpu_set_block_range(0, -1)
         counts = [read_counts(self._lib, self.path, entry, grid, block, trace_block,
                               touched=block_range is not None)] if count else []
-        return LaunchReport(completed=rc == 0, findings=self._findings(), banks=self._banks(), counts=counts)
+        names = [BufferInfo(*b) for b in buffers] if buffers is not None else list(self.buffers)
+        return LaunchReport(completed=rc == 0, findings=self._findings(names), banks=self._banks(), counts=counts,
+                            stdout=self._text(self._lib.attn_cpu_stdout))
 
-    def _findings(self) -> list[Finding]:
-        n = self._lib.attn_cpu_report(None, 0)
+    def _mark_read_only(self, sig: str, args) -> None:
+        """Tell the runtime which buffers this launch reaches only through pointers to const ('P'):
+        their reads need no race shadow. A buffer also passed as a plain pointer is not one."""
+        const, plain = set(), set()
+        for code, value in zip(sig, args):
+            if code in "pP" and value:
+                (const if code == "P" else plain).add(int(value))
+        for ptr in plain:
+            self._lib.attn_cpu_mark_read_only(ctypes.c_void_p(ptr), 0)
+        for ptr in const:
+            self._lib.attn_cpu_mark_read_only(ctypes.c_void_p(ptr), 0 if self._same_buffer(ptr, plain) else 1)
+
+    def _same_buffer(self, ptr: int, others) -> bool:
+        """Whether `ptr` lies in a buffer that one of `others` also points into."""
+        base = self._lib.attn_cpu_buffer_base(ctypes.c_void_p(ptr))
+        return any(self._lib.attn_cpu_buffer_base(ctypes.c_void_p(o)) == base for o in others) if base else False
+
+    @staticmethod
+    def _text(api) -> str:
+        n = api(None, 0)
         buf = ctypes.create_string_buffer(n + 1)
-        self._lib.attn_cpu_report(buf, n + 1)
-        rows = [line.split("\t", 9) for line in buf.value.decode(errors="replace").splitlines() if line]
-        places = source_lines(self.path, [int(r[5], 16) for r in rows] + [int(r[8], 16) for r in rows])
+        api(buf, n + 1)
+        return buf.raw[:n].decode(errors="replace")
+
+    def _findings(self, buffers: list[BufferInfo]) -> list[Finding]:
+        rows = [line.split("\t", 11) for line in self._text(self._lib.attn_cpu_report).splitlines() if line]
+        token_pcs = [int(h, 16) for r in rows for h in _PC_TOKEN.findall(r[11])]
+        places = source_lines(self.path, [int(r[5], 16) for r in rows] + [int(r[8], 16) for r in rows] + token_pcs)
+
+        def global_name(m) -> str:
+            index, offset = int(m.group(1)), int(m.group(2))
+            if index < len(buffers):
+                return buffers[index].element(offset)
+            return f"byte {offset} of global buffer {index}"
+
         out = []
-        for kind, count, block, warp, lane, pc, owarp, olane, pc2, message in rows:
+        for kind, count, block, warp, lane, pc, owarp, olane, pc2, nbytes, nthreads, message in rows:
+            where, other_where = places.get(int(pc, 16), "?"), places.get(int(pc2, 16), "") if int(pc2, 16) else ""
+            if kind == "divergent barrier" and where == other_where:
+                continue  # one __syncthreads the compiler duplicated (a peeled loop), not two in the source
+            message = _PC_TOKEN.sub(lambda m: places.get(int(m.group(1), 16), "?"), message)
+            message = _GLOBAL_TOKEN.sub(global_name, message)
             out.append(Finding(kind=kind, message=message, block=tuple(int(x) for x in block.split(",")),
-                               warp=int(warp), lane=int(lane), where=places.get(int(pc, 16), "?"), count=int(count),
-                               other_warp=int(owarp), other_lane=int(olane),
-                               other_where=places.get(int(pc2, 16), "") if int(pc2, 16) else ""))
+                               warp=int(warp), lane=int(lane), where=where, count=int(count),
+                               other_warp=int(owarp), other_lane=int(olane), other_where=other_where,
+                               bytes=int(nbytes), threads=int(nthreads)))
         return out
 
     def _banks(self) -> dict[str, BankCounts]:

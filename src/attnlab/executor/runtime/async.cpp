@@ -25,22 +25,65 @@ unsigned shared_address(const void* generic) {
     return SHARED_WINDOW + (unsigned)(a - lo);
 }
 
-void* dynamic_shared(unsigned align) {
+void* dynamic_shared(unsigned align, const char* name, size_t element) {
     (void)align;  // the arena is page-aligned
+    if (g.dynamic_name.empty()) {
+        g.dynamic_name = name;
+        g.dynamic_element = element ? element : 1;
+    }
     return g.shared;
 }
 
-void* static_shared(int id, size_t bytes, size_t align) {
-    for (auto& slot : g.static_slots)
-        if (slot.first == id) return g.shared + SHARED_LIMIT + slot.second;
+void* static_shared(int id, size_t bytes, size_t align, const char* name, size_t element, int rank, const size_t* dims) {
+    for (const StaticSlot& slot : g.static_slots)
+        if (slot.id == id) return g.shared + SHARED_LIMIT + slot.offset;
     size_t offset = (g.static_used + align - 1) / align * align;
     if (offset + bytes > STATIC_SHARED_LIMIT) {
-        report("shared out of bounds", g.cur, ATTN_CALLER(), "static __shared__ declarations exceed 48 KB");
+        report("shared out of bounds", g.cur, ATTN_CALLER(),
+               std::string("static __shared__ declarations exceed 48 KB (at ") + name + ")");
         abort_launch();
     }
-    g.static_slots.push_back({id, offset});
+    g.static_slots.push_back(StaticSlot{id, offset, bytes, element ? element : 1, name, rank, dims});
     g.static_used = offset + bytes;
     return g.shared + SHARED_LIMIT + offset;
+}
+
+// "name[i][j]" for the element holding byte `at` of an array of `element`-byte elements with the
+// given extents (row-major), "+ byte k" when the byte is not the element's first.
+static std::string element_name(const std::string& name, size_t at, size_t element, int rank, const size_t* dims) {
+    std::string out = name;
+    size_t index = at / element;
+    if (rank > 0) {
+        size_t idx[4] = {};
+        for (int d = rank - 1; d > 0; --d) {
+            idx[d] = index % dims[d];
+            index /= dims[d];
+        }
+        idx[0] = index;
+        for (int d = 0; d < rank; ++d) out += "[" + std::to_string(idx[d]) + "]";
+    }
+    if (at % element) out += " (byte " + std::to_string(at % element) + ")";
+    return out;
+}
+
+std::string shared_name(unsigned offset) {
+    if (offset < SHARED_LIMIT) {
+        if (g.dynamic_name.empty()) return "dynamic shared byte " + std::to_string(offset);
+        const size_t unbounded[1] = {0};
+        return element_name(g.dynamic_name, offset, g.dynamic_element, 1, unbounded);
+    }
+    const size_t at = offset - SHARED_LIMIT;
+    for (const StaticSlot& slot : g.static_slots)
+        if (at >= slot.offset && at < slot.offset + slot.bytes)
+            return element_name(slot.name, at - slot.offset, slot.element, slot.rank, slot.dims);
+    // Past every slot: named from the declaration it overruns (the one ending closest before it).
+    const StaticSlot* before = nullptr;
+    for (const StaticSlot& slot : g.static_slots)
+        if (slot.offset + slot.bytes <= at && (!before || slot.offset > before->offset)) before = &slot;
+    if (before)
+        return element_name(before->name, at - before->offset, before->element, 1, nullptr) + " (past the end of " +
+               before->name + ")";
+    return "static shared byte " + std::to_string(at);
 }
 
 void cp_async_16(unsigned dst, const void* src, int src_bytes) {

@@ -130,15 +130,19 @@ static int pick_bit(unsigned m) {  // a random set bit of m (m != 0)
     return __builtin_ctz(m);
 }
 
+// What a waiting thread waits at, and where (a token the Python side turns into a source line).
 static std::string where(const Thread& t) {
-    char buf[64];
-    if (t.wait == WaitOn::Barrier)
-        snprintf(buf, sizeof buf, "%s %d", t.wait_is_sync ? "bar.sync" : "bar.arrive", t.wait_barrier);
+    std::string what;
+    if (t.wait == WaitOn::Barrier && t.wait_is_sync)
+        what = "bar.sync " + std::to_string(t.wait_barrier);
+    else if (t.wait == WaitOn::Barrier)  // bar.arrive waits only for the rest of its own warp
+        what = "bar.arrive " + std::to_string(t.wait_barrier) + " (for the rest of its warp)";
     else if (t.wait == WaitOn::Collective)
-        snprintf(buf, sizeof buf, "%s", coll_name(t.coll.kind));
+        what = std::string(coll_name(t.coll.kind)) +
+               (t.coll.kind == C_SHFL || t.coll.kind == C_SYNCWARP ? " (mask " + lanes_text(t.coll.mask) + ")" : "");
     else
-        snprintf(buf, sizeof buf, "?");
-    return buf;
+        what = "?";
+    return what + " at " + pc_token(t.wait_pc);
 }
 
 static void report_deadlock() {
@@ -152,8 +156,7 @@ static void report_deadlock() {
             Thread& t = g.threads[w * WARP + l];
             if (t.run == Run::Exited) continue;
             if (!first) { first = &t; first_pc = t.wait_pc; }
-            char key[160];
-            snprintf(key, sizeof key, "%s @%p", where(t).c_str(), t.wait_pc);
+            const std::string key = where(t);
             bool found = false;
             for (auto& gr : groups)
                 if (gr.first == key) { gr.second |= 1u << l; found = true; }

@@ -38,6 +38,11 @@ ATTN_API void* attn_cpu_alloc(size_t bytes) { return allocate_global(bytes ? byt
 
 ATTN_API void attn_cpu_free_all() { free_globals(); }
 
+// The buffer holding `p` is reached only through pointer-to-const parameters in the next launches
+// (read_only 1), or not (0): its reads then need no race shadow.
+ATTN_API void attn_cpu_mark_read_only(void* p, int read_only) { mark_read_only(p, read_only != 0); }
+ATTN_API void* attn_cpu_buffer_base(void* p) { return buffer_base(p); }
+
 // Runs a whole grid. Returns 0 when every block ran to its end, 1 when the launch was stopped
 // (deadlock, timeout, an access that would fault, a divergent .aligned operation), negative for a
 // launch the executor refuses (the message is in the report).
@@ -45,6 +50,7 @@ ATTN_API int attn_cpu_launch(void (*thunk)(void**), void** args, unsigned gx, un
                              unsigned by, unsigned bz, size_t dynamic_bytes, uint64_t seed, unsigned options,
                              double time_limit) {
     g.findings.clear();
+    g.printed.clear();
     for (BankCounter& b : g.banks) b = BankCounter{};
     const unsigned long long threads = (unsigned long long)bx * by * bz;
     if (!gx || !gy || !gz || !threads || threads > MAX_THREADS || dynamic_bytes > SHARED_LIMIT) {
@@ -116,4 +122,14 @@ ATTN_API void attn_cpu_banks(long long* out) {
         out[3 * i + 1] = g.banks[i].wavefronts;
         out[3 * i + 2] = g.banks[i].ideal;
     }
+}
+
+// What the last launch's printf calls wrote (the same contract as attn_cpu_report).
+ATTN_API size_t attn_cpu_stdout(char* buf, size_t cap) {
+    if (buf && cap) {
+        const size_t n = g.printed.size() < cap - 1 ? g.printed.size() : cap - 1;
+        memcpy(buf, g.printed.data(), n);
+        buf[n] = 0;
+    }
+    return g.printed.size();
 }

@@ -6,7 +6,8 @@
 //   sync.cpp     __syncthreads, named barriers (bar.sync / bar.arrive), __syncwarp
 //   warp.cpp     warp-collective rendezvous, shuffles, ldmatrix, mma.sync m16n8k16
 //   wmma.cpp     nvcuda::wmma fragments with a seeded random element-to-lane mapping
-//   async.cpp    cp.async with commit and wait groups, and the other PTX helpers
+//   async.cpp    cp.async with commit and wait groups, the other PTX helpers, shared-memory slots
+//   atomics.cpp  atomicAdd, atomicCAS, ... on shared and global memory, and the kernel's printf
 //   findings.cpp what a sanitizer would report, one line each, and the bank-conflict counters
 //   instrument.cpp what the kernel did (OPT_COUNT): counts per instruction site and per block, the
 //                distinct global bytes, and the trace of one chosen block, event by event
@@ -21,6 +22,7 @@
 #include <stdint.h>
 
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "attn_cpu/prelude.h"
@@ -75,13 +77,17 @@ struct LoggedAccess {
     bool write;
 };
 
+// Kinds of warp-collective operation past enum Coll's (warp.cpp): vote.sync, match.sync and
+// redux.sync. Like shfl.sync and bar.warp.sync they are not .aligned: the lanes of their mask meet.
+enum : uint8_t { C_VOTE = C_WMMA_MMA + 1, C_MATCH, C_REDUX };
+
 // Operands a lane brings to a warp-collective operation.
 struct CollArgs {
-    int kind = C_NONE;
+    int kind = C_NONE;   // the collective this lane waits at (or last met)
     unsigned mask = 0;
     void* pc = nullptr;
-    // shuffle
-    unsigned value = 0, result = 0;
+    // shuffle; vote, match and redux take their operand in value (match.b64: value_hi too)
+    unsigned value = 0, value_hi = 0, result = 0;
     int lane_arg = 0, width = 32, mode = 0;
     // ldmatrix
     unsigned addr = 0;
@@ -125,11 +131,23 @@ struct Thread {
     unsigned recent_next = 0;
 };
 
+// Lanes of one warp waiting at one warp-collective operation (warp.cpp).
+struct CollGroup {
+    int kind = C_NONE;
+    int op = 0;              // the qualifiers the lanes must share too (shfl's mode, vote's, ...)
+    unsigned mask = 0;       // the membermask each lane passed (the .aligned kinds: 0xffffffff)
+    void* pc = nullptr;      // the first lane's call
+    unsigned arrived = 0;
+};
+
 struct Warp {
     unsigned lanes = 0;      // lanes that exist (blockDim may end mid-warp)
     unsigned exited = 0;
-    unsigned arrived = 0;    // lanes waiting at the pending collective
-    int kind = C_NONE;       // the pending collective
+    // Collectives in flight: lanes under disjoint masks (two half-warps), or some lanes' collective
+    // before one of a wider mask, wait at the same time. A waiting lane is in one group: 32 suffice.
+    CollGroup groups[WARP];
+    int ngroups = 0;
+    int kind = C_NONE;       // the collective being performed, while it is (wmma.cpp reads it)
     unsigned mask = 0;
     void* pc = nullptr;
     unsigned epoch = 0;      // times its request log was grouped (banks.cpp): the trace's epochs
@@ -147,6 +165,8 @@ struct Barrier {
     std::vector<int> syncers;    // threads waiting in bar.sync
 };
 
+// One hazard: a kind at a pair of source sites (pc, pc2), its first occurrence's message and
+// threads, how many times it happened, and the distinct bytes and threads it touched.
 struct Finding {
     std::string kind, message;
     uint3 block{};
@@ -155,6 +175,16 @@ struct Finding {
     void* pc2 = nullptr;
     int other_warp = -1, other_lane = -1;
     long count = 1;
+    std::unordered_set<uint64_t> bytes, threads;
+};
+
+// A static __shared__ declaration: where its slot lies, and what to call a byte of it.
+struct StaticSlot {
+    int id;
+    size_t offset, bytes, element;
+    const char* name;
+    int rank;
+    const size_t* dims;
 };
 
 struct BankCounter {
@@ -187,7 +217,10 @@ struct State {
     // shared memory
     uint8_t* shared = nullptr;      // dynamic bytes, then static slots, then slack
     size_t static_used = 0;
-    std::vector<std::pair<int, size_t>> static_slots;  // (declaration id, offset)
+    std::vector<StaticSlot> static_slots;
+    std::string dynamic_name;   // the first `extern __shared__` array's name, and its element size
+    size_t dynamic_element = 1;
+    std::string printed;        // what the kernel's printf wrote in this launch
     // findings and counters
     std::vector<Finding> findings;
     BankCounter banks[3];  // 0 ldmatrix, 1 cp.async, 2 ordinary loads and stores
@@ -213,6 +246,8 @@ double now_seconds();
 // memory.cpp
 void shadow_reset_block();
 void shadow_reset_launch();
+void mark_read_only(const void* p, bool read_only);
+void* buffer_base(const void* p);
 // The runtime's own accesses on behalf of a thread (ldmatrix, WMMA, cp.async).
 void shared_read(Thread& t, unsigned offset, unsigned size, void* pc);
 void shared_write(Thread& t, unsigned offset, unsigned size, void* pc);
@@ -220,6 +255,7 @@ bool shared_in_bounds(unsigned offset, unsigned size);
 // Any access the runtime makes for a thread (WMMA loads and stores): classified and checked as
 // the kernel's own accesses are.
 void checked_access(Thread& t, const void* p, unsigned size, bool write, void* pc);
+bool atomic_access(Thread& t, const void* p, unsigned size, void* pc);  // checked; false: out of bounds, not done
 void async_issue_shadow(Thread& t, unsigned offset, void* pc);
 void async_land_shadow(Thread& t, unsigned offset, void* pc);
 void log_shared_access(Thread& t, uint32_t offset, unsigned size, int kind, void* pc, bool write = false);
@@ -255,9 +291,15 @@ void trace_event(Thread& t, int kind, void* pc, uint64_t offset, unsigned bytes,
                  unsigned extra = 0);
 void trace_warp_event(int warp, int kind, void* pc, int arg = 0);
 
-// findings.cpp
+// findings.cpp. `where`/`nbytes`: the bytes the hazard touched (counted as distinct bytes; where
+// is any key naming a byte: an offset, a buffer and offset). Messages may hold tokens the Python
+// side renders: {pc:HEX} a source line (HEX a module offset), {global:B:OFF} byte OFF of buffer B.
 void report(const char* kind, Thread* t, void* pc, const std::string& message, Thread* other = nullptr,
-            void* pc2 = nullptr);
+            void* pc2 = nullptr, uint64_t where = ~0ull, unsigned nbytes = 0);
+std::string pc_token(void* pc);
+
+// async.cpp: a shared-memory byte by its declaration ("tile[3][17]", "smem[1032]").
+std::string shared_name(unsigned offset);
 std::string thread_name(const Thread& t);
 std::string lanes_text(unsigned mask);
 unsigned long module_offset(void* pc);  // an address as addr2line reads it (0: unknown)

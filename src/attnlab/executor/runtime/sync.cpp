@@ -7,9 +7,14 @@
 //   - when the barrier completes, the memory accesses each participant made before it are
 //     performed relative to all participants: here, every bar.sync-er's vector clock becomes the
 //     join of every participant's clock at its arrival (arrivers release, sync-ers acquire).
+//   - exit: threads that exited no longer hold up a barrier that waits for all threads of the
+//     block (bar.sync 0 with no count), so `if (i >= n) return;` before __syncthreads is legal;
+//     named barriers with a count get no such help (a deadlock, reported where every warp waits).
 // Findings: a count that is not a multiple of 32 or differs between threads, more threads than
-// the count, and a __syncthreads reached after threads of the block exited (CUDA requires every
-// thread to reach it; the hardware lets exited threads off, so the block goes on).
+// the count, a thread arriving twice in one phase (a second bar.arrive before the barrier
+// completed), and __syncthreads reached at two different places in one phase (both arms of an
+// if/else: undefined in the CUDA C++ Programming Guide, which requires every thread of the block
+// to reach the same __syncthreads).
 #include <algorithm>
 
 #include "runtime.h"
@@ -123,11 +128,28 @@ static void arrive(int id, int count, bool sync, void* pc) {
                  b.all_threads ? "no count (all threads)" : std::to_string(b.expected).c_str());
         report("barrier count mismatch", &t, pc, buf);
     }
-    if (all && g.exited_threads > 0) {
-        char buf[120];
-        snprintf(buf, sizeof buf, "__syncthreads (bar.sync %d) reached after %d thread(s) of the block exited", id,
-                 g.exited_threads);
-        report("barrier after exit", &t, pc, buf);
+    if (all && b.first_pc && pc != b.first_pc) {
+        report("divergent barrier", &t, pc,
+               "__syncthreads at " + pc_token(pc) + " while other threads of the block wait at the __syncthreads at " +
+                   pc_token(b.first_pc) + ": every thread must reach the same one",
+               nullptr, b.first_pc);
+    }
+    if (b.lanes_arrived[t.warp] & (1u << t.lane)) {
+        // bar.arrive never waits: a thread that arrives again before the barrier completed would
+        // count towards the same phase twice. Reported, and the second arrival is not counted.
+        report("barrier arrived twice", &t, pc,
+               std::string(sync ? "bar.sync " : "bar.arrive ") + std::to_string(id) +
+                   " by a thread that already arrived in this phase (an earlier bar.arrive): barrier " +
+                   std::to_string(id) + " has not completed yet");
+        if (!sync) return;
+        b.syncers.push_back(t.tid);
+        set_run(t, Run::Blocked);
+        t.wait = WaitOn::Barrier;
+        t.wait_barrier = id;
+        t.wait_is_sync = true;
+        t.wait_pc = pc;
+        block_current(WaitOn::Barrier, pc);
+        return;
     }
     if (g.options & OPT_RACES) join_into(b.join, t.vc);
     count_site(sync ? K_BAR_SYNC : K_BAR_ARRIVE, pc, 1, 0, 0);
@@ -152,9 +174,6 @@ void on_thread_exit(Thread& t) {
     for (int id = 0; id < NUM_BARRIERS; ++id) {
         Barrier& b = g.barriers[id];
         if (b.expected < 0 && !b.all_threads) continue;
-        if (b.all_threads)
-            report("barrier after exit", &t, b.first_pc,
-                   "a thread exited while others of its block wait at __syncthreads (bar.sync " + std::to_string(id) + ")");
         count_warp_if_complete(id, t.warp);
         complete_if_reached(id);
     }

@@ -1,13 +1,23 @@
 // Warp-collective operations: the lanes of a warp meet, the last to arrive performs the
 // operation for all of them, and each goes on with its own result.
 //
-// Who must arrive (PTX ISA 9.7.9.6 shfl.sync, 9.7.13.3 bar.warp.sync, and the .aligned
-// instructions ldmatrix 9.7.14.5.15 and mma 9.7.14.5.14 / wmma 9.7.14.4):
-//   __shfl_*_sync, __syncwarp: the lanes named by the mask; each must pass the same mask.
+// Who must arrive (PTX ISA 9.7.9.6 shfl.sync, 9.7.13.2 bar.warp.sync, 9.7.13.9 vote.sync,
+// 9.7.13.10 match.sync, 9.7.13.12 redux.sync, and the .aligned instructions ldmatrix 9.7.14.5.15
+// and mma 9.7.14.5.14 / wmma 9.7.14.4):
+//   __shfl_*_sync, __syncwarp, __ballot_sync, __any/__all/__uni_sync, __match_*_sync,
+//   __reduce_*_sync: the non-exited lanes named by the mask, each passing the same mask and
+//   executing the instruction with the same qualifiers (shfl's mode, vote's, ...); a lane that
+//   has exited is simply not waited for.
 //   ldmatrix, mma.sync, wmma.*: .aligned, so every lane of the warp, at the same instruction.
-// Findings: a lane that calls with a mask not naming itself or different from the others', lanes
-// of one warp waiting at different collectives (divergence), and a mask or an .aligned
-// operation that names a lane which has exited.
+// Since sm_70 (independent thread scheduling) lanes under different masks may each be waiting
+// at their own collective (two half-warps, or lanes 0-7 at one of mask 0xff before all sixteen
+// meet under 0xffff): a warp keeps a group per mask in flight, and each completes on its own.
+// Findings: a lane that calls with a mask not naming itself; lanes waiting at different
+// collectives under one mask (divergence); collectives under overlapping masks that wait for
+// each other's lanes, two or more in a cycle (none can ever complete); a shuffle that reads a
+// lane which has exited (its value is undefined); an .aligned operation when a lane of the warp
+// has exited.
+// __activemask is no meeting: it reads the warp's lanes that have not exited.
 #include <algorithm>
 #include <cstring>
 
@@ -27,13 +37,39 @@ const char* coll_name(int kind) {
         case C_WMMA_LOAD: return "wmma::load_matrix_sync";
         case C_WMMA_STORE: return "wmma::store_matrix_sync";
         case C_WMMA_MMA: return "wmma::mma_sync";
+        case C_VOTE: return "vote.sync";
+        case C_MATCH: return "match.sync";
+        case C_REDUX: return "redux.sync";
         default: return "nothing";
     }
 }
 
-static bool aligned_kind(int kind) { return kind >= C_LDSM; }
+static bool aligned_kind(int kind) {
+    return kind == C_LDSM || kind == C_MMA || kind == C_WMMA_LOAD || kind == C_WMMA_STORE || kind == C_WMMA_MMA;
+}
 
-static unsigned required_lanes(const Warp& w) { return aligned_kind(w.kind) ? w.lanes : (w.mask & w.lanes); }
+// The instruction with its qualifiers, as findings name it: lanes meet only at the same.
+static std::string op_name(int kind, int op) {
+    static const char* const shfl[] = {".bfly", ".idx", ".down", ".up"};
+    static const char* const vote[] = {".ballot", ".any", ".all", ".uni"};
+    static const char* const match[] = {"match.any.sync.b32", "match.all.sync.b32", "match.any.sync.b64",
+                                        "match.all.sync.b64"};
+    static const char* const redux[] = {".add.u32", ".add.s32", ".min.u32", ".min.s32", ".max.u32",
+                                        ".max.s32", ".and.b32", ".or.b32", ".xor.b32"};
+    switch (kind) {
+        case C_SHFL: return std::string("shfl.sync") + shfl[op & 3];
+        case C_VOTE: return std::string("vote.sync") + vote[op & 3];
+        case C_MATCH: return match[op & 3];
+        case C_REDUX: return std::string("redux.sync") + redux[op % 9];
+        default: return coll_name(kind);
+    }
+}
+
+// The lanes a collective waits for (those of them that have not exited): an .aligned one every
+// lane of the warp, the others the lanes their mask names.
+static unsigned needed_lanes(const Warp& w, int kind, unsigned mask) {
+    return aligned_kind(kind) ? w.lanes : (mask & w.lanes);
+}
 
 // ---- the operations ---------------------------------------------------------------------------
 
@@ -78,6 +114,12 @@ static void perform_shfl(Warp& w, unsigned lanes, int base) {
             default: j = lane - b; pval = (int)j >= (int)max_lane; break;                // up
         }
         if (!pval) j = lane;
+        if (w.exited & (1u << j)) {  // legal to wait past, not to read from: the register is gone
+            report("warp collective mask", &t, t.coll.pc,
+                   "shuffle reads lane " + std::to_string(j) + ", which has exited: its value is undefined");
+            t.coll.result = 0xffffffffu;
+            continue;
+        }
         if (!(lanes & (1u << j))) {
             report("warp collective mask", &t, t.coll.pc,
                    "shuffle reads lane " + std::to_string(j) + ", which is not among the lanes taking part (mask " +
@@ -87,6 +129,75 @@ static void perform_shfl(Warp& w, unsigned lanes, int base) {
         }
         t.coll.result = g.threads[base + j].coll.value;
     }
+}
+
+// vote.sync (PTX ISA 9.7.13.9): the ballot has bit l set for each lane l of the mask whose
+// predicate is true (a lane outside the mask contributes 0); .any, .all and .uni reduce the
+// predicates of the mask's non-exited lanes, which are exactly the mask's lanes here.
+static void perform_vote(const CollGroup& grp, unsigned lanes, int base) {
+    const unsigned voters = lanes & grp.mask;
+    unsigned ballot = 0;
+    for (int l = 0; l < WARP; ++l)
+        if ((voters >> l & 1u) && g.threads[base + l].coll.value) ballot |= 1u << l;
+    unsigned r;
+    switch (grp.op) {
+        case VOTE_BALLOT: r = ballot; break;
+        case VOTE_ANY: r = ballot != 0; break;
+        case VOTE_ALL: r = ballot == voters; break;
+        default: r = ballot == 0 || ballot == voters; break;  // .uni
+    }
+    for (int l = 0; l < WARP; ++l)
+        if (lanes >> l & 1u) g.threads[base + l].coll.result = r;
+}
+
+// match.sync (PTX ISA 9.7.13.10): .any gives each lane the mask's non-exited lanes that hold its
+// value; .all gives every lane those lanes if they all hold one value, and 0 if not.
+static void perform_match(const CollGroup& grp, unsigned lanes, int base) {
+    const bool wide = grp.op == MATCH_ANY_B64 || grp.op == MATCH_ALL_B64;
+    const bool all = grp.op == MATCH_ALL_B32 || grp.op == MATCH_ALL_B64;
+    const unsigned members = lanes & grp.mask;
+    auto key = [&](int l) {
+        const CollArgs& c = g.threads[base + l].coll;
+        return wide ? (uint64_t)c.value_hi << 32 | c.value : (uint64_t)c.value;
+    };
+    bool uniform = true;
+    for (int l = 0; l < WARP; ++l) {
+        if (!(lanes >> l & 1u)) continue;
+        unsigned same = 0;
+        for (int m = 0; m < WARP; ++m)
+            if ((members >> m & 1u) && key(m) == key(l)) same |= 1u << m;
+        g.threads[base + l].coll.result = same;
+        if ((members >> l & 1u) && same != members) uniform = false;
+    }
+    if (all)
+        for (int l = 0; l < WARP; ++l)
+            if (lanes >> l & 1u) g.threads[base + l].coll.result = uniform ? members : 0u;
+}
+
+// redux.sync (PTX ISA 9.7.13.12): the operation over the values of the mask's non-exited lanes,
+// to every one of them; .add is truncated to 32 bits, .min and .max compare as the type says.
+static void perform_redux(const CollGroup& grp, unsigned lanes, int base) {
+    const unsigned members = lanes & grp.mask;
+    unsigned r = 0;
+    bool first = true;
+    for (int l = 0; l < WARP; ++l) {
+        if (!(members >> l & 1u)) continue;
+        const unsigned v = g.threads[base + l].coll.value;
+        if (first) { r = v; first = false; continue; }
+        switch (grp.op) {
+            case REDUX_ADD_U32:
+            case REDUX_ADD_S32: r += v; break;
+            case REDUX_MIN_U32: r = std::min(r, v); break;
+            case REDUX_MIN_S32: r = (unsigned)std::min((int)r, (int)v); break;
+            case REDUX_MAX_U32: r = std::max(r, v); break;
+            case REDUX_MAX_S32: r = (unsigned)std::max((int)r, (int)v); break;
+            case REDUX_AND: r &= v; break;
+            case REDUX_OR: r |= v; break;
+            default: r ^= v; break;  // REDUX_XOR
+        }
+    }
+    for (int l = 0; l < WARP; ++l)
+        if (lanes >> l & 1u) g.threads[base + l].coll.result = r;
 }
 
 // ldmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16 (PTX ISA 9.7.14.5.15): lanes 8m..8m+7 give the
@@ -195,44 +306,132 @@ static void perform_mma(Warp& w, unsigned lanes, int base) {
 
 // ---- the meeting --------------------------------------------------------------------------------
 
-static void try_complete(int warp) {
+// Performs group `index` of the warp, which has every lane it needs, and lets its lanes go on.
+static void complete(int warp, int index) {
     Warp& w = g.warps[warp];
-    if (w.kind == C_NONE || !w.arrived) return;
-    const unsigned required = required_lanes(w);
-    const unsigned live = required & ~w.exited;
-    if ((w.arrived & live) != live) return;
+    const CollGroup grp = w.groups[index];
+    w.groups[index] = w.groups[--w.ngroups];
     const int base = warp * WARP;
-    if (required & w.exited) {
-        Thread& first = g.threads[base + __builtin_ctz(w.arrived)];
-        report("warp collective mask", &first, w.pc,
-               std::string(coll_name(w.kind)) + " names lanes " + lanes_text(required & w.exited) +
-                   ", which have exited");
-        if (aligned_kind(w.kind)) abort_launch();  // an .aligned operation without every lane is undefined
+    const unsigned gone = needed_lanes(w, grp.kind, grp.mask) & w.exited;
+    if (aligned_kind(grp.kind) && gone) {  // an .aligned operation without every lane is undefined
+        report("warp collective mask", &g.threads[base + __builtin_ctz(grp.arrived)], grp.pc,
+               std::string(coll_name(grp.kind)) + " needs every lane of the warp, but lanes " + lanes_text(gone) +
+                   " have exited");
+        abort_launch();
     }
-    const unsigned lanes = w.arrived;
-    switch (w.kind) {
+    const unsigned lanes = grp.arrived;
+    w.kind = grp.kind;  // the performers (wmma.cpp's too) read the collective from the warp
+    w.mask = grp.mask;
+    w.pc = grp.pc;
+    switch (grp.kind) {
         case C_SYNCWARP: perform_syncwarp(w, lanes, base); break;
         case C_SHFL: perform_shfl(w, lanes, base); break;
+        case C_VOTE: perform_vote(grp, lanes, base); break;
+        case C_MATCH: perform_match(grp, lanes, base); break;
+        case C_REDUX: perform_redux(grp, lanes, base); break;
         case C_LDSM: perform_ldmatrix(w, lanes, base); break;
         case C_MMA: perform_mma(w, lanes, base); break;
         default: wmma_perform(w, lanes); break;
     }
     w.kind = C_NONE;
-    w.arrived = 0;
     for (int l = 0; l < WARP; ++l)
         if (lanes & (1u << l)) make_ready(g.threads[base + l]);
 }
 
-// A lane exited: the pending collective may now have every live lane it needs (and reports the
-// exited ones it names).
+// Completes every group of the warp whose needed lanes have all arrived or exited.
+static void try_complete(int warp) {
+    Warp& w = g.warps[warp];
+    for (int i = 0; i < w.ngroups;) {
+        const CollGroup& grp = w.groups[i];
+        const unsigned live = needed_lanes(w, grp.kind, grp.mask) & ~w.exited;
+        if ((grp.arrived & live) == live)
+            complete(warp, i);  // moves the last group into slot i: look at i again
+        else
+            ++i;
+    }
+}
+
+// A lane exited: a collective that names it no longer waits for it (and an .aligned one reports it).
 void collective_lane_exited(int warp, int lane) {
     (void)lane;
     try_complete(warp);
 }
 
-// The calling lane joins the warp's pending collective (t.coll filled in by the caller) and waits
-// until it is done.
-void rendezvous(int kind, unsigned mask, void* pc) {
+// Lanes under one mask at different instructions: on sm_70+ each waits for the others forever.
+[[noreturn]] static void report_divergence(Thread& t, const CollGroup& grp, int kind, int op, unsigned mask, void* pc) {
+    std::string msg = "lane " + std::to_string(t.lane) + " reaches " + op_name(kind, op);
+    if (!aligned_kind(kind)) msg += " (mask " + lanes_text(mask) + ")";
+    msg += " while lanes " + lanes_text(grp.arrived) + " wait at " + op_name(grp.kind, grp.op);
+    if (!aligned_kind(grp.kind)) msg += " (mask " + lanes_text(grp.mask) + ")";
+    msg += grp.kind == kind && grp.op == op ? " elsewhere: the warp has diverged" : ": the warp has diverged";
+    Thread& other = g.threads[t.warp * WARP + __builtin_ctz(grp.arrived)];
+    report("divergent warp collective", &t, pc, msg, &other, grp.pc);
+    abort_launch();
+    __builtin_unreachable();
+}
+
+// The groups holding lanes that group `a` still needs.
+static unsigned waits_for(const Warp& w, int a) {
+    const unsigned need = needed_lanes(w, w.groups[a].kind, w.groups[a].mask) & ~w.exited;
+    unsigned out = 0;
+    for (int b = 0; b < w.ngroups; ++b)
+        if (b != a && (w.groups[b].arrived & need)) out |= 1u << b;
+    return out;
+}
+
+// The groups of a cycle through group h, h first, each waiting for lanes that wait at the next
+// and the last for lanes of h's; empty if there is none. Waiting lanes leave only when their
+// collective completes, so none of a cycle's ever does.
+static std::vector<int> cycle_through(const Warp& w, int h) {
+    int queue[WARP], parent[WARP];
+    int head = 0, tail = 0;
+    unsigned seen = 1u << h;
+    for (unsigned m = waits_for(w, h); m; m &= m - 1) {
+        const int b = __builtin_ctz(m);
+        seen |= 1u << b;
+        parent[b] = h;
+        queue[tail++] = b;
+    }
+    while (head < tail) {
+        const int b = queue[head++];
+        const unsigned next = waits_for(w, b);
+        if (next >> h & 1u) {
+            std::vector<int> path;
+            for (int x = b; x != h; x = parent[x]) path.push_back(x);
+            path.push_back(h);
+            std::reverse(path.begin(), path.end());
+            return path;
+        }
+        for (unsigned m = next & ~seen; m; m &= m - 1) {
+            const int c = __builtin_ctz(m);
+            seen |= 1u << c;
+            parent[c] = b;
+            queue[tail++] = c;
+        }
+    }
+    return {};
+}
+
+// Lanes under overlapping masks, each group waiting for lanes that wait at another: on a GPU the
+// warp hangs. Two half-warps passing each other's masks, say.
+[[noreturn]] static void report_cycle(Thread& t, const Warp& w, const std::vector<int>& cycle, void* pc) {
+    std::string msg;
+    for (size_t i = 0; i < cycle.size(); ++i) {
+        const CollGroup& a = w.groups[cycle[i]];
+        const CollGroup& next = w.groups[cycle[(i + 1) % cycle.size()]];
+        msg += (i ? "; lanes " : "lanes ") + lanes_text(a.arrived) + " wait at " + op_name(a.kind, a.op) + " (mask " +
+               lanes_text(a.mask) + ") for lanes " + lanes_text(needed_lanes(w, a.kind, a.mask) & next.arrived);
+    }
+    msg += cycle.size() == 2 ? ": neither collective can complete" : ": none of these collectives can complete";
+    const CollGroup& other = w.groups[cycle[1]];
+    report("warp collective mask", &t, pc, msg, &g.threads[t.warp * WARP + __builtin_ctz(other.arrived)], other.pc);
+    abort_launch();
+    __builtin_unreachable();
+}
+
+// The calling lane (t.coll filled in by the caller) joins the warp's group of its mask, or opens
+// one, and waits until that collective is done. `op`: the qualifiers lanes must share.
+static void meet(int kind, int op, unsigned mask, void* pc) {
     Thread& t = *g.cur;
     Warp& w = g.warps[t.warp];
     t.coll.kind = kind;
@@ -242,21 +441,27 @@ void rendezvous(int kind, unsigned mask, void* pc) {
         report("warp collective mask", &t, pc,
                std::string(coll_name(kind)) + " with mask " + lanes_text(mask) + ", which does not name the calling lane");
     }
-    if (w.arrived == 0) {
-        w.kind = kind;
-        w.mask = mask;
-        w.pc = pc;
-    } else if (w.kind != kind || (!aligned_kind(kind) && w.mask != mask) || (aligned_kind(kind) && w.pc != pc)) {
-        std::string msg = "lane " + std::to_string(t.lane) + " reaches " + coll_name(kind);
-        if (!aligned_kind(kind)) msg += " (mask " + lanes_text(mask) + ")";
-        msg += " while lanes " + lanes_text(w.arrived) + " wait at " + coll_name(w.kind);
-        if (!aligned_kind(w.kind)) msg += " (mask " + lanes_text(w.mask) + ")";
-        msg += w.kind == kind ? " elsewhere: the warp has diverged" : ": the warp has diverged";
-        Thread& other = g.threads[t.warp * WARP + __builtin_ctz(w.arrived)];
-        report("divergent warp collective", &t, pc, msg, &other, w.pc);
-        abort_launch();
+    int h = -1;
+    for (int i = 0; i < w.ngroups && h < 0; ++i) {
+        const CollGroup& grp = w.groups[i];
+        if (grp.mask != mask) continue;
+        if (grp.kind != kind || grp.op != op || (aligned_kind(kind) && grp.pc != pc))
+            report_divergence(t, grp, kind, op, mask, pc);
+        h = i;
     }
-    w.arrived |= 1u << t.lane;
+    if (h < 0) {  // at most 31 groups are pending: each holds a waiting lane, and this lane is in none
+        h = w.ngroups++;
+        w.groups[h] = CollGroup{};
+        w.groups[h].kind = kind;
+        w.groups[h].op = op;
+        w.groups[h].mask = mask;
+        w.groups[h].pc = pc;
+    }
+    w.groups[h].arrived |= 1u << t.lane;
+    if (w.ngroups > 1) {
+        const std::vector<int> cycle = cycle_through(w, h);
+        if (!cycle.empty()) report_cycle(t, w, cycle, pc);
+    }
     set_run(t, Run::Blocked);
     t.wait = WaitOn::Collective;
     t.wait_pc = pc;
@@ -265,9 +470,12 @@ void rendezvous(int kind, unsigned mask, void* pc) {
     if (t.run == Run::Blocked) block_current(WaitOn::Collective, pc);
 }
 
+// wmma.cpp's collectives: .aligned, no qualifiers of their own to match.
+void rendezvous(int kind, unsigned mask, void* pc) { meet(kind, 0, mask, pc); }
+
 // ---- entry points -----------------------------------------------------------------------------
 
-void syncwarp(unsigned mask) { rendezvous(C_SYNCWARP, mask, ATTN_CALLER()); }
+void syncwarp(unsigned mask) { meet(C_SYNCWARP, 0, mask, ATTN_CALLER()); }
 
 unsigned shfl(unsigned mask, unsigned value, int lane_arg, int width, int mode) {
     Thread& t = *g.cur;
@@ -275,8 +483,40 @@ unsigned shfl(unsigned mask, unsigned value, int lane_arg, int width, int mode) 
     t.coll.lane_arg = lane_arg;
     t.coll.width = width;
     t.coll.mode = mode;
-    rendezvous(C_SHFL, mask, ATTN_CALLER());
+    meet(C_SHFL, mode & 3, mask, ATTN_CALLER());
     return t.coll.result;
+}
+
+unsigned vote(unsigned mask, int pred, int mode) {
+    Thread& t = *g.cur;
+    t.coll.value = pred != 0;
+    meet(C_VOTE, mode, mask, ATTN_CALLER());
+    return t.coll.result;
+}
+
+unsigned match(unsigned mask, unsigned long long value, int mode) {
+    Thread& t = *g.cur;
+    t.coll.value = (unsigned)value;
+    t.coll.value_hi = (unsigned)(value >> 32);
+    meet(C_MATCH, mode, mask, ATTN_CALLER());
+    return t.coll.result;
+}
+
+unsigned redux(unsigned mask, unsigned value, int op) {
+    Thread& t = *g.cur;
+    t.coll.value = value;
+    meet(C_REDUX, op, mask, ATTN_CALLER());
+    return t.coll.result;
+}
+
+// activemask (PTX ISA 9.7.13.11) reads the lanes executing it together. The executor runs a
+// warp's lanes one at a time and keeps no notion of which are converged, so it answers with the
+// lanes that have not exited: on sm_70+ the set a GPU reports inside a branch is whatever the
+// hardware happened to converge, which is why CUDA warns against building a collective's mask
+// from it. Not a meeting: no lane waits.
+unsigned activemask() {
+    const Warp& w = g.warps[g.cur->warp];
+    return w.lanes & ~w.exited;
 }
 
 void ldmatrix_x4(unsigned (&r)[4], unsigned addr, bool trans) {
