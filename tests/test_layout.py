@@ -46,7 +46,7 @@ def imported(name: str, path: Path, known: set[str]) -> set[str]:
 
 def wing_of(module: str, wings) -> str:
     parts = module.split(".")
-    if module == "attnlab" or parts[1] in ("cli", "__main__"):
+    if module == "attnlab" or parts[1] in ("cli", "__main__", "cpu"):
         return TOP
     if len(parts) == 2 and parts[1] not in wings:
         return "ground"

@@ -13,6 +13,7 @@ lists for it below, never a wing above it; the ground imports no wing:
     session/   a lent GPU's session in stages: what it builds, carries and brings back
     book/      what the pages show: their shared steps, quotes of records, figures, teaching models
     cli.py     `python -m attnlab`, on top of them all
+    cpu.py     a reader's own kernel on the CPU executor (`run`, the `%%cuda_cpu` magic), likewise
 
 A reader's handful: `attention` (run a registered kernel), `trace` (run one on the CPU executor
 with its counts on), `get` and `KERNELS` (the registry), `Shape` and `MISSION`, and the error a bad
@@ -27,7 +28,7 @@ from .shapes import MISSION, Shape
 __all__ = ["AttentionInputError", "KERNELS", "MISSION", "Shape", "attention", "get", "trace"]
 
 # Each wing and the wings it may import besides itself (the ground is the modules at the top of the
-# package; cli.py and this file sit above every wing). tests/test_layout.py holds every import in
+# package; cli.py, cpu.py and this file sit above every wing). tests/test_layout.py holds every import in
 # the package to it, inside functions too, and fails on any import loop.
 WINGS: dict[str, tuple[str, ...]] = {
     "ground": (),

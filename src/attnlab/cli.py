@@ -664,6 +664,21 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_run_cpu(args) -> int:
+    """run-cpu: a reader's own .cu file on the CPU executor (attnlab.executor.reader parses the
+    --arg specs and prints): 0 clean, 1 with findings, 2 when it cannot run (a compile error too)."""
+    from .executor.build import ExecutorUnavailable
+    from .executor.reader import ReaderBuildError, ReaderError, run_command
+
+    try:
+        return run_command(args)
+    except ReaderBuildError as exc:  # the compiler's first lines, not just the first
+        print(f"attnlab run-cpu: {exc}", file=sys.stderr)
+        return 2
+    except (ReaderError, ExecutorUnavailable) as exc:
+        raise UsageError(str(exc)) from None
+
+
 def _parser() -> argparse.ArgumentParser:
     from .kernels.static import ARCHES
 
@@ -776,6 +791,18 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--allow-rehearsal", action="store_true",
                     help="also take what a rehearsal without a GPU made (scripts/gpu_rehearse.sh's round trip)")
     sp.set_defaults(fn=cmd_import_evidence)
+    sp = sub.add_parser("run-cpu", help="your own .cu kernel on the CPU executor: findings (races, out-of-bounds, "
+                                        "...), bank counts and the arrays after the run (no GPU needed)")
+    sp.add_argument("file", metavar="FILE.cu")
+    sp.add_argument("--entry", metavar="NAME", help="the __global__ function (needed when the file has several)")
+    sp.add_argument("--grid", default="1", metavar="X[,Y[,Z]]", help="blocks (default 1)")
+    sp.add_argument("--block", default="32", metavar="X[,Y[,Z]]", help="threads a block (default 32)")
+    sp.add_argument("--shared", type=int, default=0, metavar="N", help="dynamic shared memory bytes")
+    sp.add_argument("--arg", action="append", default=[], metavar="SPEC",
+                    help="one per parameter, in order: an int, a float, or KIND:DTYPE:SHAPE with KIND zeros, ones, "
+                         "arange, rand, randn or full (full:DTYPE:SHAPE:VALUE), e.g. rand:float16:64x64")
+    sp.add_argument("--seed", type=int, default=0, help="the schedule's and rand's seed")
+    sp.set_defaults(fn=cmd_run_cpu)
     sp = sub.add_parser("report", help="kernel vs fastest SDPA backend from the freshest records")
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(fn=cmd_report)
