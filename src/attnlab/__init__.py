@@ -12,6 +12,7 @@ lists for it below, never a wing above it; the ground imports no wing:
     gpu/       the kernels launched, checked, timed, sanitized, profiled and searched on a GPU
     session/   a lent GPU's session in stages: what it builds, carries and brings back
     book/      what the pages show: their shared steps, quotes of records, figures, teaching models
+    exercises/ the reader's exercises: each skeleton's checker, run on the executor
     cli.py     `python -m attnlab`, on top of them all
     cpu.py     a reader's own kernel on the CPU executor (`run`, the `%%cuda_cpu` magic), likewise
 
@@ -39,4 +40,5 @@ WINGS: dict[str, tuple[str, ...]] = {
     "gpu": ("ground", "kernels", "records"),
     "session": ("ground", "kernels", "records", "gpu"),
     "book": ("ground", "kernels", "records", "executor", "model", "gpu"),
+    "exercises": ("ground", "kernels", "executor"),
 }

@@ -623,6 +623,38 @@ def cmd_prebuild(args) -> int:
     return 0
 
 
+def cmd_exercises(args) -> int:
+    """exercises: one line per exercise; exercises check ID FILE: the reader's file judged on the CPU
+    executor, in a child process (a crashing kernel is a verdict too): its one-line verdict, and the
+    hint when it fails. 0 passes, 1 fails."""
+    from .exercises.registry import EXERCISES, check
+
+    if args.action is None:
+        if args.id or args.file:
+            raise UsageError("to check a file: `python -m attnlab exercises check ID FILE`")
+        width = max(len(e) for e in EXERCISES)
+        for ex in EXERCISES.values():
+            print(f"{ex.id:<{width}}  ch{ex.chapter}  {ex.title}")
+        return 0
+    if not args.id or not args.file:
+        raise UsageError("usage: python -m attnlab exercises check ID FILE (`python -m attnlab exercises` lists the ids)")
+    if args.id not in EXERCISES:
+        raise _unknown("exercise", args.id, EXERCISES, "`python -m attnlab exercises` lists them")
+    if not os.path.isfile(args.file):
+        raise UsageError(f"no file {args.file!r} (the skeleton is exercises/{args.id}.cu)")
+    from .executor.build import compiler
+
+    try:
+        compiler()  # no C++ compiler: a refusal that says what to install, not a failed exercise
+    except Exception as exc:
+        raise UsageError(str(exc)) from None
+    verdict = check(args.id, args.file, isolate=True)
+    print(verdict.line())
+    if not verdict.passed and verdict.hint:
+        print(f"hint: {verdict.hint}")
+    return 0 if verdict.passed else 1
+
+
 def cmd_import_evidence(args) -> int:
     from pathlib import Path
 
@@ -766,6 +798,12 @@ def _parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("tuned", help="the best searched configuration per GPU and shape (fresh records)")
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(fn=cmd_tuned)
+    sp = sub.add_parser("exercises", help="the book's exercises: list them, or `exercises check ID FILE` to judge "
+                                          "your file on the CPU executor (no GPU needed; exit 0 pass, 1 fail)")
+    sp.add_argument("action", nargs="?", choices=["check"], help="check: judge FILE as exercise ID")
+    sp.add_argument("id", nargs="?", metavar="ID", help="an exercise id, e.g. ch03-warp-reduce")
+    sp.add_argument("file", nargs="?", metavar="FILE", help="your .cu file (start from exercises/ID.cu)")
+    sp.set_defaults(fn=cmd_exercises)
     sp = sub.add_parser("profile", help="Nsight Compute metrics of each kernel at the mission shape (GPU); "
                                         "writes a record")
     sp.add_argument("kernels", nargs="*", metavar="KERNEL")

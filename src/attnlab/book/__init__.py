@@ -5,5 +5,5 @@ predictions, labelled (predicted), and the teaching figures and models of single
 fragments, swizzle, ring, split_merge, hybrid_model).
 
 Imports the ground, kernels, records, executor, model and gpu (a page runs and reads all of them):
-never session.
+never session or exercises (a page lists the exercises from their folder, not their checkers).
 """

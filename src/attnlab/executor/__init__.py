@@ -4,5 +4,5 @@ them, and the checks a sanitizer makes (races, out-of-bounds, uninitialized and 
 deadlocks, barrier and mask misuse); the registered kernels checked there by the GPU's pass rule
 (cpu), and the planted mistakes that check must catch (mutants, mutation). It never times.
 
-Imports the ground and kernels only: never records, model, gpu, session or book.
+Imports the ground and kernels only: never records, model, gpu, session, book or exercises.
 """

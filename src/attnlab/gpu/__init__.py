@@ -2,5 +2,5 @@
 against the references, timed next to every SDPA backend and the Triton reference, run under
 compute-sanitizer and Nsight Compute, and searched over their knobs; each run writes a record.
 
-Imports the ground, kernels and records only: never executor, model, session or book.
+Imports the ground, kernels and records only: never executor, model, session, book or exercises.
 """

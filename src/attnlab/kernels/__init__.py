@@ -3,5 +3,5 @@ turns a kernel id into a build: its sources and their hash, the CUDA toolchain o
 nvcc builds and their cache, the static inspection of a build (registers, shared memory, SASS), the
 contract a launch must meet, and the split route's arithmetic. Needs no GPU.
 
-Imports the ground only: never records, executor, model, gpu, session or book.
+Imports the ground only: never records, executor, model, gpu, session, book or exercises.
 """

@@ -3,5 +3,5 @@
 them the prediction and its name the bottleneck. A prediction is never a measurement: it never
 enters a record, and every number it shows says "predicted".
 
-Imports the ground, kernels and executor only: never records, gpu, session or book.
+Imports the ground, kernels and executor only: never records, gpu, session, book or exercises.
 """
