@@ -86,26 +86,31 @@ uintptr_t shared_lo, shared_span, stack_lo, stack_span, view_lo, threads_lo, thr
 
 // What one access found, byte by byte, reported once per kind after its last byte.
 enum Hazard : uint8_t { H_RAW, H_WAR, H_WAW, H_UNINIT, H_PENDING_READ, H_PENDING_WRITE, H_BLOCKS, H_KINDS };
-struct Found {
-    unsigned bytes = 0;
-    size_t first = 0;       // offset of its first byte (shared: arena; global: in the buffer)
-    uint16_t other1 = 0;    // the other thread + 1 (0: none)
-    void* other_pc = nullptr;
-    uint32_t other_block = 0;
-    bool other_atomic = false, other_wrote = false;
+struct Found {  // valid where AccessFindings::mask has its bit: nothing is initialised per access
+    unsigned bytes;
+    size_t first;           // offset of its first byte (shared: arena; global: in the buffer)
+    uint16_t other1;        // the other thread + 1 (0: none)
+    void* other_pc;
+    uint32_t other_block;
+    bool other_atomic, other_wrote;
 };
 struct AccessFindings {
+    unsigned mask = 0;  // the hazards met
     Found f[H_KINDS];
     void note(Hazard h, size_t offset, uint16_t other1, void* other_pc, uint32_t other_block = 0,
               bool other_atomic = false, bool other_wrote = false) {
         Found& x = f[h];
-        if (x.bytes++ == 0) {
+        if (!(mask & (1u << h))) {
+            mask |= 1u << h;
+            x.bytes = 1;
             x.first = offset;
             x.other1 = other1;
             x.other_pc = other_pc;
             x.other_block = other_block;
             x.other_atomic = other_atomic;
             x.other_wrote = other_wrote;
+        } else {
+            ++x.bytes;
         }
     }
 };
@@ -233,8 +238,8 @@ void report_found(Thread& t, void* pc, Mode mode, bool global, int buffer, size_
     const char* verb = mode == Mode::Read ? "reads" : mode == Mode::Atomic ? "atomically updates" : "writes";
     const char* me = mode == Mode::Read ? "read" : mode == Mode::Atomic ? "atomic update" : "write";
     for (int h = 0; h < H_KINDS; ++h) {
+        if (!(a.mask & (1u << h))) continue;
         const Found& f = a.f[h];
-        if (!f.bytes) continue;
         std::string what = place(global, buffer, f.first);
         if (f.bytes > 1 || size > 1) what += f.bytes == size ? "" : " (" + std::to_string(f.bytes) + " of its " + std::to_string(size) + " bytes)";
         const char* other_kind = f.other_atomic ? "atomic update" : f.other_wrote ? "write" : "read";
@@ -305,7 +310,6 @@ void shared_access(Thread& t, unsigned offset, unsigned size, Mode mode, void* p
     }
     if (offset + size > cells_used) cells_used = offset + size;
     AccessFindings found;
-    bool any = false;
     for (unsigned i = 0; i < size; ++i) {
         Cell& c = cells[offset + i];
         if (write)
@@ -313,8 +317,7 @@ void shared_access(Thread& t, unsigned offset, unsigned size, Mode mode, void* p
         else
             cell_read(t, c, offset + i, pc, false, found);
     }
-    for (const Found& f : found.f) any |= f.bytes != 0;
-    if (any) report_found(t, pc, mode, false, -1, offset, size, found);
+    if (found.mask) report_found(t, pc, mode, false, -1, offset, size, found);
 }
 
 Buffer* buffer_of(uintptr_t a) {
@@ -376,7 +379,6 @@ void global_access(Thread& t, uintptr_t a, unsigned size, Mode mode, void* pc) {
         return;
     }
     AccessFindings found;
-    bool any = false;
     b->shadow_dirty = true;
     for (unsigned i = 0; i < size; ++i) {
         Cell& c = b->shadow[offset + i];
@@ -385,8 +387,7 @@ void global_access(Thread& t, uintptr_t a, unsigned size, Mode mode, void* pc) {
         else
             cell_read(t, c, offset + i, pc, true, found);
     }
-    for (const Found& f : found.f) any |= f.bytes != 0;
-    if (any) report_found(t, pc, mode, true, index, offset, size, found);
+    if (found.mask) report_found(t, pc, mode, true, index, offset, size, found);
 }
 
 // OPT_COUNT: what the access adds to the counts, the warp's request log and the trace.
