@@ -5,7 +5,6 @@ it, a compile error names the reader's file and line, and a second run of the sa
 nothing and takes well under 2 s."""
 from __future__ import annotations
 
-import ctypes
 import subprocess
 import sys
 import time
@@ -16,10 +15,10 @@ import pytest
 
 from attnlab import cli, cpu
 from attnlab.executor import build as build_module
-from attnlab.executor import reader
+from attnlab.executor import reader, reader_commands, reader_source
 from attnlab.executor.build import compiler
 from attnlab.executor.library import Library
-from attnlab.executor.reader import ReaderBuildError, ReaderError
+from attnlab.executor.reader_source import ReaderBuildError, ReaderError
 
 HERE = Path(__file__).parent / "executor"
 VADD = HERE / "reader_vadd.cu"
@@ -139,13 +138,6 @@ def test_printf_comes_back_as_stdout():
     assert np.array_equal(out, np.tile(np.arange(32), 2))
 
 
-def test_stdout_capture_without_the_reports_own():
-    libc = ctypes.CDLL(None)
-    with reader._CaptureStdout() as cap:
-        libc.printf(b"from C %d\n", 42)
-    assert cap.text == "from C 42\n"
-
-
 def test_scalars_are_converted_to_the_parameters_types():
     x = np.ones(10, np.float32)
     result = cpu.run(KERNELS, "scale", block=32, args=(x, 3, np.uint32(10)))  # an int for a double
@@ -248,7 +240,7 @@ def test_compile_error_names_the_readers_file_and_line():
 
 
 def test_parameters_are_read_from_the_source():
-    (k,) = reader.find_kernels('extern "C" __global__ void __launch_bounds__(128)\n'
+    (k,) = reader_source.find_kernels('extern "C" __global__ void __launch_bounds__(128)\n'
                                "  f(const half* __restrict__ q, float* out /* , int x */, unsigned n,\n"
                                "    float tab[], int) { }")
     assert k.name == "f" and k.line == 1 and k.defined and not k.template
@@ -319,19 +311,19 @@ def test_cli_as_a_process():
 
 def test_arg_specs():
     rng = np.random.default_rng(0)
-    assert reader.parse_arg("256", rng) == 256 and reader.parse_arg("-3", rng) == -3
-    assert reader.parse_arg("0x10", rng) == 16 and reader.parse_arg("1e-3", rng) == 0.001
-    r = reader.parse_arg("rand:float16:64x64", rng)
+    assert reader_commands.parse_arg("256", rng) == 256 and reader_commands.parse_arg("-3", rng) == -3
+    assert reader_commands.parse_arg("0x10", rng) == 16 and reader_commands.parse_arg("1e-3", rng) == 0.001
+    r = reader_commands.parse_arg("rand:float16:64x64", rng)
     assert r.dtype == np.float16 and r.shape == (64, 64) and 0 <= r.min() and r.max() < 1
-    again = reader.parse_arg("rand:float16:64x64", np.random.default_rng(0))
+    again = reader_commands.parse_arg("rand:float16:64x64", np.random.default_rng(0))
     assert np.array_equal(r, again)  # seeded
-    assert np.array_equal(reader.parse_arg("arange:int32:5", rng), np.arange(5, dtype=np.int32))
-    assert np.array_equal(reader.parse_arg("full:float:3:2.5", rng), np.full(3, 2.5, np.float32))
-    assert reader.parse_arg("zeros:half:2x3", rng).dtype == np.float16
+    assert np.array_equal(reader_commands.parse_arg("arange:int32:5", rng), np.arange(5, dtype=np.int32))
+    assert np.array_equal(reader_commands.parse_arg("full:float:3:2.5", rng), np.full(3, 2.5, np.float32))
+    assert reader_commands.parse_arg("zeros:half:2x3", rng).dtype == np.float16
     for bad in ("zeros:float32", "rand:float32:8x", "ones:str:4", "many:int32:4", "abc"):
         with pytest.raises(ReaderError, match=rf"^--arg {bad}: "):
-            reader.parse_arg(bad, rng)
-    assert reader.parse_dims("grid", "4,2") == (4, 2) and reader.parse_dims("block", "16x16") == (16, 16)
+            reader_commands.parse_arg(bad, rng)
+    assert reader_commands.parse_dims("grid", "4,2") == (4, 2) and reader_commands.parse_dims("block", "16x16") == (16, 16)
 
 
 # ---- %%cuda_cpu ---------------------------------------------------------------------------------------
@@ -339,23 +331,23 @@ def test_arg_specs():
 def test_magic_line_parsing():
     a, b, c = vadd_inputs()
     ns = {"a": a, "b": b, "c": c, "n": 1000, "blocks": (4, 1)}
-    opts = reader.parse_magic_line("vadd --grid blocks --block 256 --args a b c n --seed 3 --shared 0", ns)
+    opts = reader_commands.parse_magic_line("vadd --grid blocks --block 256 --args a b c n --seed 3 --shared 0", ns)
     assert opts["entry"] == "vadd" and opts["grid"] == (4, 1, 1) and opts["block"] == (256,)
     assert opts["args"][0] is a and opts["args"][3] == 1000 and opts["seed"] == 3 and opts["shared_bytes"] == 0
-    opts = reader.parse_magic_line("--grid 2,2 --args a 7 -1.5 True", ns)
+    opts = reader_commands.parse_magic_line("--grid 2,2 --args a 7 -1.5 True", ns)
     assert opts["entry"] is None and opts["grid"] == (2, 2) and opts["args"][1:] == (7, -1.5, True)
     with pytest.raises(ReaderError, match=r"--args: 'd' is not defined in your namespace"):
-        reader.parse_magic_line("vadd --args a b d n", ns)
+        reader_commands.parse_magic_line("vadd --args a b d n", ns)
     with pytest.raises(ReaderError, match=r"%%cuda_cpu: unrecognized arguments: --blok"):
-        reader.parse_magic_line("vadd --blok 32", ns)
+        reader_commands.parse_magic_line("vadd --blok 32", ns)
     with pytest.raises(ReaderError, match=r"^block \(2048, 1, 1\): its x must be 1\.\.1024"):
-        reader.parse_magic_line("vadd --block 2048", ns)
+        reader_commands.parse_magic_line("vadd --block 2048", ns)
 
 
 def test_magic_cell_runs_and_keeps_the_result(capsys):
     a, b, c = vadd_inputs()
     ns = {"a": a, "b": b, "c": c}
-    result = reader.run_cell("--grid 4 --block 256 --args a b c 1000", VADD.read_text(), ns)
+    result = reader_commands.run_cell("--grid 4 --block 256 --args a b c 1000", VADD.read_text(), ns)
     assert ns["_cuda_cpu"] is result and result.clean and np.array_equal(c, a + b)
     assert capsys.readouterr().out.splitlines()[0] == \
         "cell.cu: vadd<<<(4, 1, 1), (256, 1, 1)>>> on the CPU executor (schedule seed 0): clean"

@@ -697,10 +697,11 @@ def cmd_report(args) -> int:
 
 
 def cmd_run_cpu(args) -> int:
-    """run-cpu: a reader's own .cu file on the CPU executor (attnlab.executor.reader parses the
+    """run-cpu: a reader's own .cu file on the CPU executor (attnlab.executor.reader_commands parses the
     --arg specs and prints): 0 clean, 1 with findings, 2 when it cannot run (a compile error too)."""
     from .executor.build import ExecutorUnavailable
-    from .executor.reader import ReaderBuildError, ReaderError, run_command
+    from .executor.reader_commands import run_command
+    from .executor.reader_source import ReaderBuildError, ReaderError
 
     try:
         return run_command(args)

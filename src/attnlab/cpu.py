@@ -14,7 +14,7 @@ runs the cell's source with the arrays a, b, c and the number n of the notebook,
 summary and keeps the RunResult as `_cuda_cpu`. The command line's twin is
 `python -m attnlab run-cpu FILE.cu --grid 4 --block 256 --arg rand:float32:1024 ...`.
 
-A facade over attnlab.executor.reader, imported only when first used: importing this module builds
+A facade over attnlab.executor.reader (and reader_source, reader_commands), imported only when first used: importing this module builds
 and loads nothing.
 """
 from __future__ import annotations
@@ -43,17 +43,22 @@ def run(source_or_path, entry=None, grid=(1,), block=(32,), args=(), shared_byte
 
 
 def __getattr__(name):
-    if name in ("RunResult", "ReaderError", "ReaderBuildError"):
-        from .executor import reader
+    if name == "RunResult":
+        from .executor.reader import RunResult
 
-        return getattr(reader, name)
+        return RunResult
+    if name in ("ReaderError", "ReaderBuildError"):
+        from .executor import reader_source
+
+        return getattr(reader_source, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def cuda_cpu_magic(line: str, cell: str, namespace: dict):
     """The %%cuda_cpu cell magic's work, given the user's namespace (see the module's docstring).
     A ReaderError is shown as IPython's one-line UsageError, without a traceback."""
-    from .executor.reader import ReaderError, run_cell
+    from .executor.reader_commands import run_cell
+    from .executor.reader_source import ReaderError
 
     try:
         run_cell(line, cell, namespace)
