@@ -374,3 +374,19 @@ def test_importing_attnlab_cpu_loads_no_executor():
     code = "import sys, attnlab.cpu; print('attnlab.executor.reader' in sys.modules, 'torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["False", "False"], out.stderr
+
+
+@pytest.mark.parametrize("body, named", [
+    ('asm volatile("bar.sync 0;");', "inline PTX (asm)"),
+    ("int n = __syncthreads_count(x[0] > 0);", "__syncthreads_count/and/or"),
+    ("long long t = clock64();", "a GPU clock"),
+    ("float v = tex1Dfetch<float>(0, 3);", "textures and surfaces"),
+])
+def test_what_the_executor_cannot_run_is_refused_by_name_before_any_build(monkeypatch, body, named):
+    monkeypatch.setattr(reader_source, "load", lambda *a, **k: pytest.fail("built what it cannot run"))
+    source = "__global__ void k(float* x) {\n    " + body + "\n}\n"
+    with pytest.raises(ReaderError) as err:
+        cpu.run(source, block=32, args=(np.zeros(32, np.float32),))
+    assert str(err.value).startswith(f"cell.cu:2: {named} is not something the CPU executor runs")
+    # A mention in a comment is not a use.
+    assert reader_source.unsupported("// no asm here, no clock64()\n", "c.cu") is None

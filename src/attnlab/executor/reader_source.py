@@ -371,9 +371,41 @@ class ReaderKernel:
         return f"{self.name}({', '.join(p.decl for p in self.params())})"
 
 
+# What the executor cannot run, found in the reader's own text before any build: one line each,
+# rather than a host compiler's error about something else, or a run that answers wrong.
+_UNSUPPORTED = (
+    (re.compile(r"\basm\b|\b__asm__\b"), "inline PTX (asm)",
+     "the executor runs CUDA C++, not PTX: use the intrinsics (__shfl_sync, ...) or kernels/ptx.cuh's wrappers "
+     "(attn::ldsm_x4, attn::mma_16816, attn::cp_async_16, attn::bar_sync)"),
+    (re.compile(r"\bcooperative_groups\b|\bcg::"), "cooperative groups",
+     "not modelled: use __syncthreads, __syncwarp and the *_sync warp intrinsics"),
+    (re.compile(r"\b__syncthreads_(?:count|and|or)\b"), "__syncthreads_count/and/or",
+     "not modelled: count with a shared counter and atomicAdd, then __syncthreads"),
+    (re.compile(r"\btex[123]D\w*|\btexture\s*<|\bsurf[123]D\w*|\bcudaTextureObject_t\b"), "textures and surfaces",
+     "not modelled: read the array through a plain (const) pointer"),
+    (re.compile(r"\bclock(?:64)?\s*\(\s*\)|\b__nanosleep\b|\b__globaltimer\b"), "a GPU clock",
+     "the executor never times a kernel: its clocks would mean nothing"),
+)
+
+
+def unsupported(text: str, shown: str) -> str | None:
+    """The first construct in `text` (comments and strings aside) the executor cannot run, as one
+    line naming it and its place; None when there is none."""
+    blank = _blank(text)
+    for pattern, what, why in _UNSUPPORTED:
+        m = pattern.search(blank)
+        if m:
+            line = blank.count("\n", 0, m.start()) + 1
+            return f"{shown}:{line}: {what} is not something the CPU executor runs: {why}"
+    return None
+
+
 def build(source_or_path, entry: str | None = None, *, name: str | None = None) -> ReaderKernel:
     """Build (or load from the cache) the kernel `entry` of a reader's source."""
     src = read_source(source_or_path, name)
+    refusal = unsupported(src.text, src.shown)
+    if refusal:
+        raise ReaderError(refusal)
     decl = choose_entry(find_kernels(src.text), entry, src.shown)
     folder = source_dir(src)
     try:
