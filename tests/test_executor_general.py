@@ -17,7 +17,7 @@ from attnlab.executor.library import load
 HERE = Path(__file__).parent / "executor"
 ENTRIES = ["transpose_tile", "histogram", "atomics_mix", "say_hello", "byte_flags", "half_written", "global_handoff",
            "read_then_other_block_writes", "barrier_in_both_arms", "arrive_twice", "write_const",
-           "missing_barrier_everyone", "vector_fields"]
+           "missing_barrier_everyone", "vector_fields", "ballot_meets_barrier"]
 SEEDS = [0, 1, 2, 3]
 
 
@@ -186,3 +186,11 @@ def test_vector_loads_are_one_request_each(lib):
     # 8-byte ones in 2 half-warp phases.
     assert report.banks["ld/st"].requests == 6
     assert report.banks["ld/st"].wavefronts == report.banks["ld/st"].ideal == 2 * 4 + 4 * 2
+
+
+def test_a_deadlock_names_each_groups_operation_mask_and_line(lib):
+    report = run(lib, "ballot_meets_barrier", (1,), (32,), [np.zeros(32, np.uint32)])
+    assert not report.completed and kinds(report) == {"deadlock"}
+    message = report.findings[0].message
+    assert "lanes 0-15 wait at" in message and "(mask 0-31) at general.cu:" in message
+    assert "lanes 16-31 wait at bar.sync 0 at general.cu:" in message

@@ -169,3 +169,12 @@ extern "C" __global__ void vector_fields(const float* in, float* out) {
     }
     out[t] = acc;
 }
+
+// A deadlock between a vote and a barrier: lanes 0-15 wait in a full-mask ballot for lanes 16-31,
+// which wait at __syncthreads for them. The report names each group's operation, mask and line.
+extern "C" __global__ void ballot_meets_barrier(unsigned* out) {
+    if (threadIdx.x < 16)
+        out[threadIdx.x] = __ballot_sync(0xffffffffu, 1);
+    else
+        __syncthreads();
+}

@@ -137,9 +137,9 @@ static std::string where(const Thread& t) {
         what = "bar.sync " + std::to_string(t.wait_barrier);
     else if (t.wait == WaitOn::Barrier)  // bar.arrive waits only for the rest of its own warp
         what = "bar.arrive " + std::to_string(t.wait_barrier) + " (for the rest of its warp)";
-    else if (t.wait == WaitOn::Collective)
+    else if (t.wait == WaitOn::Collective)  // the .aligned kinds take the whole warp: no mask to show
         what = std::string(coll_name(t.coll.kind)) +
-               (t.coll.kind == C_SHFL || t.coll.kind == C_SYNCWARP ? " (mask " + lanes_text(t.coll.mask) + ")" : "");
+               (t.coll.kind < C_LDSM || t.coll.kind > C_WMMA_MMA ? " (mask " + lanes_text(t.coll.mask) + ")" : "");
     else
         what = "?";
     return what + " at " + pc_token(t.wait_pc);

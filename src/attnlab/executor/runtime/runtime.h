@@ -4,7 +4,8 @@
 //   fiber.cpp    the threads of a block as fibers, the scheduler, deadlock reports
 //   memory.cpp   every load and store (the __tsan_* callbacks), shadow memory, race detection
 //   sync.cpp     __syncthreads, named barriers (bar.sync / bar.arrive), __syncwarp
-//   warp.cpp     warp-collective rendezvous, shuffles, ldmatrix, mma.sync m16n8k16
+//   warp.cpp     warp-collective rendezvous (several masks in flight), shuffles, votes, match,
+//                reduce, ldmatrix, mma.sync m16n8k16
 //   wmma.cpp     nvcuda::wmma fragments with a seeded random element-to-lane mapping
 //   async.cpp    cp.async with commit and wait groups, the other PTX helpers, shared-memory slots
 //   atomics.cpp  atomicAdd, atomicCAS, ... on shared and global memory, and the kernel's printf
