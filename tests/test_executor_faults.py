@@ -4,11 +4,11 @@ clean twin must report nothing. Then ldmatrix (x4, .trans) and mma.sync m16n8k16
 by lane against the PTX ISA's fragment tables, written out here independently of the runtime."""
 from __future__ import annotations
 
-import ctypes
 from pathlib import Path
 
 import numpy as np
 import pytest
+from executor_launch import kinds, launch_arrays
 
 from attnlab.executor.library import load
 
@@ -24,26 +24,9 @@ def lib():
 
 
 def run(lib, entry, block, args, smem=0, seed=0):
-    """Launch with `args` (ints and floats as they are; numpy arrays copied into executor buffers,
-    and copied back after the launch)."""
-    ptrs, arrays = [], []
-    for a in args:
-        if isinstance(a, np.ndarray):
-            p = lib.alloc(a.nbytes)
-            ctypes.memmove(p, a.ctypes.data, a.nbytes)
-            ptrs.append(p)
-            arrays.append((p, a))
-        else:
-            ptrs.append(a)
-    report = lib.launch(entry, (1,), (block,), smem, ptrs, seed=seed)
-    for p, a in arrays:
-        ctypes.memmove(a.ctypes.data, p, a.nbytes)
-    lib.free_all()
-    return report
+    """One block of `block` threads (see executor_launch.launch_arrays)."""
+    return launch_arrays(lib, entry, (1,), (block,), args, smem, seed)
 
-
-def kinds(report):
-    return {f.kind for f in report.findings}
 
 
 def test_global_out_of_bounds_is_reported_with_its_line(lib):

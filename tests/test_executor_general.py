@@ -6,11 +6,11 @@ its faulty twin (the finding it must produce, whatever the schedule: seeds 0-3),
 the variable and element and come once per hazard."""
 from __future__ import annotations
 
-import ctypes
 from pathlib import Path
 
 import numpy as np
 import pytest
+from executor_launch import kinds, launch_arrays
 
 from attnlab.executor.library import load
 
@@ -27,27 +27,9 @@ def lib():
 
 
 def run(lib, entry, grid, block, args, seed=0, names=None):
-    """Launch with numpy arrays copied in (named `names[i]`, else a0, a1, ...) and back out."""
-    ptrs, arrays = [], []
-    for i, a in enumerate(args):
-        if isinstance(a, np.ndarray):
-            p = lib.alloc(a.nbytes, (names or {}).get(i, f"a{i}"), a.itemsize, a.shape)
-            ctypes.memmove(p, a.ctypes.data, a.nbytes)
-            ptrs.append(p)
-            arrays.append((p, a))
-        else:
-            ptrs.append(a)
-    try:
-        report = lib.launch(entry, grid, block, 0, ptrs, seed=seed)
-        for p, a in arrays:
-            ctypes.memmove(a.ctypes.data, p, a.nbytes)
-    finally:
-        lib.free_all()
-    return report
+    """See executor_launch.launch_arrays."""
+    return launch_arrays(lib, entry, grid, block, args, seed=seed, names=names)
 
-
-def kinds(report):
-    return {f.kind for f in report.findings}
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -173,13 +155,8 @@ def test_one_missing_barrier_is_one_line_with_its_bytes_and_threads(lib, seed):
 
 
 def test_vector_loads_are_one_request_each(lib):
-    src = np.arange(32, dtype=np.float32)
-    ptrs = [lib.alloc(128, "in", 4, (32,)), lib.alloc(128, "out", 4, (32,))]
-    ctypes.memmove(ptrs[0], src.ctypes.data, 128)
-    try:
-        report = lib.launch("vector_fields", (1,), (32,), 0, ptrs, banks=True)
-    finally:
-        lib.free_all()
+    src, out = np.arange(32, dtype=np.float32), np.zeros(32, np.float32)
+    report = launch_arrays(lib, "vector_fields", (1,), (32,), [src, out], banks=True)
     assert report.clean
     # Stores: one float4 and two float2 requests; loads: one float4, two float2 (the loop).
     # Each is one warp-wide request, conflict-free: 16-byte accesses in 4 quarter-warp phases and

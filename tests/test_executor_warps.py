@@ -6,11 +6,11 @@ under every scheduler seed; exited lanes, which a collective does not wait for b
 must not read; and a faulty twin of each rule, reported with its exact kind."""
 from __future__ import annotations
 
-import ctypes
 from pathlib import Path
 
 import numpy as np
 import pytest
+from executor_launch import kinds, launch_arrays
 
 from attnlab.executor.library import load
 
@@ -29,25 +29,9 @@ def lib():
 
 
 def run(lib, entry, args, block=32, seed=0):
-    """Launch one block; numpy arrays travel through executor buffers and are copied back."""
-    ptrs, arrays = [], []
-    for a in args:
-        if isinstance(a, np.ndarray):
-            p = lib.alloc(a.nbytes)
-            ctypes.memmove(p, a.ctypes.data, a.nbytes)
-            ptrs.append(p)
-            arrays.append((p, a))
-        else:
-            ptrs.append(a)
-    report = lib.launch(entry, (1,), (block,), 0, ptrs, seed=seed)
-    for p, a in arrays:
-        ctypes.memmove(a.ctypes.data, p, a.nbytes)
-    lib.free_all()
-    return report
+    """One block (see executor_launch.launch_arrays)."""
+    return launch_arrays(lib, entry, (1,), (block,), args, seed=seed)
 
-
-def kinds(report):
-    return {f.kind for f in report.findings}
 
 
 def bits(lanes) -> int:

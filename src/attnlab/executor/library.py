@@ -70,9 +70,9 @@ class Finding:
     bytes: int = 0        # distinct bytes the hazard touched (0: not a memory hazard)
     threads: int = 0      # distinct threads that met it
 
-    def key(self) -> tuple[str, str, str]:
+    def hazard(self) -> str:
         """The hazard: its kind at its pair of source sites (as racecheck groups them)."""
-        return self.kind, self.where, self.other_where
+        return f"{self.kind} at {self.where}" + (f" and {self.other_where}" if self.other_where else "")
 
     def line(self, kernel: str = "") -> str:
         head = f"{kernel}: " if kernel else ""

@@ -328,7 +328,7 @@ def _compiler_message(log: str, folder: Path, src: Source) -> str:
     low = body.lower()
     if "attn_cpu_unsupported_shared_declaration" in low:
         text += ("\nhint: a __shared__ declaration of a form the executor does not rewrite: it takes "
-                 "`__shared__ T name[N]...;` and `extern __shared__ T name[];`, one per line")
+                 "`__shared__ T a[N][M], x;` and `extern __shared__ T name[];`, each on one line up to its `;`")
     if re.search(r"\bcuda(malloc|memcpy|free|devicesynchronize|getlasterror|error_t|stream)", low) or "<<<" in body:
         text += ("\nhint: the CPU runner builds the file's kernels, not host code: keep main(), cudaMalloc and "
                  "<<<...>>> launches under `#ifndef ATTN_CPU` (the executor defines ATTN_CPU)")

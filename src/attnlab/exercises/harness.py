@@ -8,8 +8,6 @@ file (the executor's findings carry `file.cu:line`).
 from __future__ import annotations
 
 import ctypes
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,22 +21,22 @@ class Fail(Exception):
 # ---- building -------------------------------------------------------------------------------
 
 def build(path: Path, entries, defines=()):
-    """The executor library of the reader's file (a copy in a scratch directory, under its own name,
-    so that findings name it; kernels/'s headers stay includable). Fail with the compiler's first
-    error when it does not build."""
+    """The executor library of the reader's file (laid out as any reader's kernel is, by
+    attnlab.executor.reader_source: a copy under its own name, so that findings name it; kernels/'s
+    headers stay includable). Fail with the compiler's first error when it does not build."""
     from ..executor.build import ExecutorBuildError
     from ..executor.library import load
+    from ..executor.reader_source import Source, source_dir
 
     path = Path(path)
     name = path.name if path.suffix == ".cu" else path.stem + ".cu"
-    with tempfile.TemporaryDirectory(prefix="attnlab-exercise-") as tmp:
-        shutil.copyfile(path, Path(tmp) / name)
-        try:
-            return load(name, list(entries), defines, src_dir=tmp)
-        except ExecutorBuildError as exc:
-            if f"compiling {name}" not in str(exc) and f"linking {name}" not in str(exc):
-                raise  # the executor's own runtime did not build: not the reader's doing
-            raise Fail(f"does not compile: {first_error(str(exc), name)}") from None
+    folder = source_dir(Source(path.read_text(), name, str(path)))
+    try:
+        return load(name, list(entries), defines, src_dir=folder)
+    except ExecutorBuildError as exc:
+        if f"compiling {name}" not in str(exc) and f"linking {name}" not in str(exc):
+            raise  # the executor's own runtime did not build: not the reader's doing
+        raise Fail(f"does not compile: {first_error(str(exc), name)}") from None
 
 
 def first_error(log: str, name: str) -> str:
@@ -68,13 +66,6 @@ class Buffer:
     fill: int | None = None  # bytes to fill with instead of the array's contents (0xFF: NaN halves)
 
 
-def _alloc(lib, nbytes: int, name: str, itemsize: int, shape) -> int:
-    try:  # newer executors name a buffer's bytes in findings ("O[0][1][17][3]")
-        return lib.alloc(nbytes, name, itemsize, shape)
-    except TypeError:
-        return lib.alloc(nbytes)
-
-
 def launch(lib, entry: str, grid, block, smem: int, args, seed: int = 0, banks: bool = False,
            count: bool = False, time_limit: float = 60.0):
     """One launch; args are ints, floats and Buffers (copied in, and back for `out` ones). With
@@ -85,7 +76,7 @@ def launch(lib, entry: str, grid, block, smem: int, args, seed: int = 0, banks: 
         for a in args:
             if isinstance(a, Buffer):
                 arr = np.ascontiguousarray(a.array)
-                p = _alloc(lib, max(arr.nbytes, 1), a.name, arr.itemsize, arr.shape)
+                p = lib.alloc(max(arr.nbytes, 1), a.name, arr.itemsize, arr.shape)  # named in findings
                 if a.fill is not None:
                     ctypes.memset(p, a.fill, arr.nbytes)
                 else:
@@ -107,10 +98,10 @@ def launch(lib, entry: str, grid, block, smem: int, args, seed: int = 0, banks: 
 # ---- saying what went wrong -----------------------------------------------------------------
 
 # When several kinds of finding come out of one launch, the one most likely to be the cause first.
-_ORDER = ("deadlock", "timeout", "barrier count mismatch", "barrier after exit", "divergent barrier",
+_ORDER = ("deadlock", "timeout", "barrier count mismatch", "barrier arrived twice", "divergent barrier",
           "divergent warp collective", "warp collective mask", "shuffle width", "cp.async read before wait",
-          "race", "global out of bounds", "shared out of bounds", "misaligned access",
-          "uninitialized shared read")
+          "race", "global conflict between blocks", "global out of bounds", "shared out of bounds",
+          "write through a pointer to const", "misaligned access", "uninitialized shared read")
 
 
 def finding_line(f) -> str:

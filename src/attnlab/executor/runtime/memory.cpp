@@ -302,11 +302,13 @@ void misaligned(Thread& t, const void* p, unsigned size, bool write, void* pc) {
     (void)p;
 }
 
-void shared_access(Thread& t, unsigned offset, unsigned size, Mode mode, void* pc) {
+// Each access below returns whether it was in bounds (an access out of bounds is reported and
+// not shadowed; an atomic one is not performed either).
+bool shared_access(Thread& t, unsigned offset, unsigned size, Mode mode, void* pc) {
     const bool write = mode != Mode::Read;
     if (!shared_offset_valid(offset, size)) {
         out_of_bounds_shared(t, offset, size, write, pc);
-        return;
+        return false;
     }
     if (offset + size > cells_used) cells_used = offset + size;
     AccessFindings found;
@@ -318,6 +320,7 @@ void shared_access(Thread& t, unsigned offset, unsigned size, Mode mode, void* p
             cell_read(t, c, offset + i, pc, false, found);
     }
     if (found.mask) report_found(t, pc, mode, false, -1, offset, size, found);
+    return true;
 }
 
 Buffer* buffer_of(uintptr_t a) {
@@ -341,7 +344,7 @@ void instrument_global(Thread& t, int index, size_t offset, uintptr_t a, unsigne
     trace_access(t, index, offset, size, write, pc);
 }
 
-void global_access(Thread& t, uintptr_t a, unsigned size, Mode mode, void* pc) {
+bool global_access(Thread& t, uintptr_t a, unsigned size, Mode mode, void* pc) {
     const bool write = mode != Mode::Read;
     Buffer* b = buffer_of(a);
     if (!b || a + size > (uintptr_t)b->base + b->bytes) {
@@ -362,7 +365,7 @@ void global_access(Thread& t, uintptr_t a, unsigned size, Mode mode, void* pc) {
             snprintf(buf, sizeof buf, "%s %u bytes of global memory the launch does not own", write ? "writes" : "reads", size);
         report("global out of bounds", &t, pc, buf);
         if (!in_gap(a, size)) abort_launch();  // the access itself could fault: stop here, as a GPU would
-        return;
+        return false;
     }
     if (size > 1 && (a & (size - 1)) && size <= 16) misaligned(t, (void*)a, size, write, pc);
     const int index = (int)(b - buffers.data());
@@ -371,12 +374,12 @@ void global_access(Thread& t, uintptr_t a, unsigned size, Mode mode, void* pc) {
     if (b->read_only) {
         // Nothing writes it in this launch (unless through a cast-away const, reported here), so its
         // reads can race with nothing: no shadow to keep, which is most of a kernel's reads.
-        if (!write) return;
+        if (!write) return true;
         report("write through a pointer to const", &t, pc,
                std::string(mode == Mode::Atomic ? "atomically updates " : "writes ") + place(true, index, offset) +
                    ", which the kernel received only as a pointer to const",
                nullptr, nullptr, ((uint64_t)(index + 1) << 48) + offset, size);
-        return;
+        return true;
     }
     AccessFindings found;
     b->shadow_dirty = true;
@@ -388,6 +391,7 @@ void global_access(Thread& t, uintptr_t a, unsigned size, Mode mode, void* pc) {
             cell_read(t, c, offset + i, pc, true, found);
     }
     if (found.mask) report_found(t, pc, mode, true, index, offset, size, found);
+    return true;
 }
 
 // OPT_COUNT: what the access adds to the counts, the warp's request log and the trace.
@@ -396,7 +400,7 @@ void instrument_shared(Thread& t, unsigned offset, unsigned size, bool write, vo
     trace_access(t, -1, offset, size, write, pc);
 }
 
-inline void access_as(Thread& t, const void* p, unsigned size, Mode mode, void* pc) {
+inline bool access_as(Thread& t, const void* p, unsigned size, Mode mode, void* pc) {
     const uintptr_t a = (uintptr_t)p;
     const bool write = mode != Mode::Read;
     if ((++g.accesses & 0xfffff) == 0 && g.deadline > 0 && now_seconds() > g.deadline) {
@@ -410,12 +414,11 @@ inline void access_as(Thread& t, const void* p, unsigned size, Mode mode, void* 
             if (g.options & (OPT_BANKS | OPT_COUNT)) log_shared_access(t, offset, size, g.in_wmma ? 3 : 0, pc, write);
             if (g.options & OPT_COUNT) instrument_shared(t, offset, size, write, pc);
         }
-        shared_access(t, offset, size, mode, pc);
-        return;
+        return shared_access(t, offset, size, mode, pc);
     }
-    if (a - stack_lo < stack_span) return;
-    if (a - view_lo < sizeof(LaunchView) || a - threads_lo < threads_span) return;
-    global_access(t, a, size, mode, pc);
+    if (a - stack_lo < stack_span) return true;
+    if (a - view_lo < sizeof(LaunchView) || a - threads_lo < threads_span) return true;
+    return global_access(t, a, size, mode, pc);
 }
 
 inline void access(const void* p, unsigned size, bool write, void* pc) {
@@ -492,16 +495,7 @@ void checked_access(Thread& t, const void* p, unsigned size, bool write, void* p
     access_as(t, p, size, write ? Mode::Write : Mode::Read, pc);
 }
 bool atomic_access(Thread& t, const void* p, unsigned size, void* pc) {
-    const uintptr_t a = (uintptr_t)p;
-    bool in_bounds = true;
-    if (a - shared_lo < shared_span) {
-        in_bounds = shared_offset_valid((unsigned)(a - shared_lo), size);
-    } else if (a - stack_lo >= stack_span) {
-        const Buffer* b = buffer_of(a);
-        in_bounds = b && a + size <= (uintptr_t)b->base + b->bytes;
-    }
-    access_as(t, p, size, Mode::Atomic, pc);
-    return in_bounds && !g.aborted;
+    return access_as(t, p, size, Mode::Atomic, pc) && !g.aborted;
 }
 
 void* allocate_global(size_t bytes) {
