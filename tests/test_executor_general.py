@@ -171,3 +171,15 @@ def test_a_deadlock_names_each_groups_operation_mask_and_line(lib):
     message = report.findings[0].message
     assert "lanes 0-15 wait at" in message and "(mask 0-31) at general.cu:" in message
     assert "lanes 16-31 wait at bar.sync 0 at general.cu:" in message
+
+
+def test_source_lines_hide_the_executors_own_files_from_any_checkout():
+    """A library is cached by content, so one built in another checkout (another CI clone sharing
+    the cache) names the executor's headers under that checkout's path: they are still plumbing."""
+    from attnlab.executor.build import _frames_text
+
+    other = "/elsewhere/clone/src/attnlab/executor"
+    frames = [f"{other}/include/attn_cpu/prelude.h:137", f"{other}/runtime/warp.cpp:40",
+              "/elsewhere/clone/tests/executor/warps.cu:222", "/elsewhere/clone/kernels/ptx.cuh:96"]
+    assert _frames_text(frames) == "warps.cu:222 < ptx.cuh:96"
+    assert _frames_text(["/home/reader/my_kernels/prelude.h:3"]) == "prelude.h:3"

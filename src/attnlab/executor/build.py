@@ -243,12 +243,21 @@ def source_lines(library: Path, offsets) -> dict[int, str]:
     return {o: _frames_text(result.get(o, [])) for o in offsets}
 
 
+# The executor's own files, as the tail of a path ("executor/include/attn_cpu/prelude.h"): a
+# library is cached by content, so one built from another checkout (another CI clone sharing the
+# cache) names them under that checkout's path, not under HERE.
+_OWN_TAILS = tuple(sorted("/" + "/".join((HERE.name, *p.relative_to(HERE).parts))
+                          for p in HERE.rglob("*") if p.suffix in (".h", ".cpp")))
+
+
 def _frames_text(frames: list[str]) -> str:
-    """The frames in kernel sources (the executor's own headers are plumbing), shortest paths."""
+    """The frames in kernel sources (the executor's own headers and runtime are plumbing), shortest
+    paths."""
     kept = []
     for f in frames:
         path, _, line = f.rpartition(":")
-        if not path or path.startswith((str(HERE), "??")) or Path(path).name == "unit.cpp":
+        if not path or path.startswith((str(HERE), "??")) or Path(path).name == "unit.cpp" \
+                or path.replace("\\", "/").endswith(_OWN_TAILS):
             continue
         kept.append(f"{Path(path).name}:{line}")
     return " < ".join(dict.fromkeys(kept)) or "?"
