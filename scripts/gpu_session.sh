@@ -25,9 +25,13 @@ export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 if [ "${1:-}" = "--list" ] || [ $# -eq 0 ]; then
   exec "$PY" -m attnlab.session.stages --list
 fi
-# A copy without .git: the commit stamped by gpu_prepare.sh names what the records measured.
-if ! git rev-parse HEAD >/dev/null 2>&1 && [ -f .attnlab-cache/git.env ]; then
-  set -a; . .attnlab-cache/git.env; set +a
+# A copy without this repository's history (no .git, or a .git the lease made of its own): the
+# commit stamped by gpu_prepare.sh names what the records measured (attnlab.records.provenance).
+if [ -f .attnlab-cache/git.env ]; then
+  stamped=$(sed -n 's/^ATTNLAB_GIT_COMMIT=//p' .attnlab-cache/git.env)
+  if ! git cat-file -e "${stamped}^{commit}" 2>/dev/null; then
+    set -a; . .attnlab-cache/git.env; set +a
+  fi
 fi
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"

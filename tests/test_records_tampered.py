@@ -50,7 +50,8 @@ def test_the_forgery_with_current_hashes_is_refused_naming_its_commit_date_and_t
     rec["created_utc"] = "2031-01-01T00:00:00Z"
     write_record(rec)
     why = " ".join(_refusals(results))
-    assert "commit deadbeefdead does not exist in this repository" in why
+    # Its tree digest is this checkout's, so it is bound to the commit holding that code (a lease's
+    # snapshot names a commit this history lacks, too): the name alone is no refusal. The rest is.
     assert "in the future" in why
     assert "below the least time this GPU can take" in why
     assert fresh_records("bench") == [] and report_rows() == []
@@ -59,8 +60,10 @@ def test_the_forgery_with_current_hashes_is_refused_naming_its_commit_date_and_t
 
 
 def test_an_unknown_commit_is_refused(results):
+    """Neither the commit's name nor the digest of kernels/ and src/ is found in this history."""
     rec = synthetic_record()
     rec["git"]["commit"] = "0123456789" * 4
+    rec["git"]["tree"] = "0" * 64
     write_record(rec)
     assert any("does not exist in this repository" in p for p in _refusals(results))
 
@@ -388,3 +391,18 @@ def test_a_field_of_the_wrong_type_deep_inside_is_named_not_a_crash(results):
     path.write_text(json.dumps(rec))
     assert any("refused: malformed" in p for p in _refusals(results))
     assert not verify().ok
+
+
+def test_a_lease_snapshot_record_is_bound_by_its_tree(results):
+    """A GPU lease's copy had a .git of its own: the record names that snapshot's commit and calls
+    itself dirty, but its digest is this commit's kernels/ and src/. It is shown, under this commit."""
+    rec = synthetic_record()
+    real = rec["git"]["commit"]
+    rec["git"].update(commit="abcdef01" * 5, dirty=True)
+    write_record(rec)
+    item = _only(results)
+    assert item.refused == [] and not item.local and item.fresh == {"01_scalar"}
+    (shown,) = fresh_records("bench")
+    assert shown["git"]["commit"] == real and shown["git"]["recorded_commit"] == "abcdef01" * 5
+    assert "uncommitted" not in measured.record_label(shown)
+

@@ -181,7 +181,7 @@ def reusable_bench(kernel_ids: list[str], shapes) -> dict | None:
 
 
 def _stale_note(kind: str, kernel_id: str) -> str:
-    from ..records.results import load_records
+    from ..records.results import as_bound, load_records
 
     loaded, _ = load_records()
     old = [item for item in loaded if item.record.get("kind") == kind and kernel_id in item.record.get("kernels", {})]
@@ -191,7 +191,7 @@ def _stale_note(kind: str, kernel_id: str) -> str:
     why = ("it is refused: " + last.refused[0] if last.refused else
            "it measured uncommitted changes" if last.local else "; ".join(last.stale.get(kernel_id, [])))
     return (f"The committed {kind} records of {kernel_id} ({len(old)}) are not shown; the latest, "
-            f"{record_label(last.record)}, is not fresh: {why}.")
+            f"{record_label(as_bound(dict(last.record), last))}, is not fresh: {why}.")
 
 
 # --- chapter steps ---------------------------------------------------------------------------

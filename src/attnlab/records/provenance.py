@@ -10,8 +10,14 @@ A run from a tree with uncommitted changes names no commit its numbers belong to
 local reading and never shown in the book. Commits order records ("freshest" is the record of the
 latest commit, the clock only breaks ties within one commit).
 
-A copy of the tree without .git (a GPU machine's) knows one commit: the one scripts/gpu_prepare.sh
-stamped into ATTNLAB_GIT_COMMIT, _TREE and _TIME, and only while the copy still hashes to _TREE.
+A copy of the tree without this repository's history (a GPU machine's: no .git, or a .git the
+lease made of its own) knows one commit: the one scripts/gpu_prepare.sh stamped into
+ATTNLAB_GIT_COMMIT, _TREE and _TIME, and only while the copy still hashes to _TREE.
+
+The digest, not the commit's name, is what ties a record to code: a record whose commit this
+history lacks (a lease's own snapshot commit, a rewritten history) or whose dirty flag is set is
+bound to the latest commit before it whose kernels/ and src/ hash to its digest, when there is one.
+It measured exactly that commit's code.
 """
 from __future__ import annotations
 
@@ -50,7 +56,7 @@ def working_files(root: Path | None = None) -> dict[str, bytes]:
     would track (ignored ones, such as a stray cubin, are left out, as a commit leaves them out);
     every file where there is no git (a GPU machine's copy holds no ignored file)."""
     root = root or repo_root()
-    if has_git(root):
+    if _own_history(root):
         listed = _git(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", *TREE_FOLDERS)
         rels = sorted(r for r in listed.stdout.decode().split("\0") if r)
         return {rel: (root / rel).read_bytes() for rel in rels if _counted(rel) and (root / rel).is_file()}
@@ -94,9 +100,19 @@ def has_git(root: Path | None = None) -> bool:
         return False
 
 
+def _own_history(root: Path) -> bool:
+    """True where `root`'s git holds this repository's history. A copy stamped by gpu_prepare.sh
+    whose .git lacks the stamped commit (a GPU lease may snapshot the tree into a repository of its
+    own) goes by the stamp, as a copy with no .git does."""
+    if not has_git(root):
+        return False
+    stamped = os.environ.get("ATTNLAB_GIT_COMMIT")
+    return not stamped or _git(root, "cat-file", "-e", f"{stamped}^{{commit}}").returncode == 0
+
+
 def head(root: Path | None = None) -> str | None:
     root = root or repo_root()
-    if has_git(root):
+    if _own_history(root):
         return _git(root, "rev-parse", "HEAD").stdout.decode().strip()
     return os.environ.get("ATTNLAB_GIT_COMMIT") or None
 
@@ -106,9 +122,45 @@ def find_commit(sha: str, root: Path | None = None) -> tuple[Commit | None, str]
     root = (root or repo_root()).resolve()
     if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{40}", sha):
         return None, f"commit {sha!r} is not a full 40-digit commit name"
-    if not has_git(root):
+    if not _own_history(root):
         return _stamped(sha, root)
     return _from_git(sha, str(root), head(root))
+
+
+def commit_with_tree(tree: str, made: datetime, root: Path | None = None) -> Commit | None:
+    """The latest commit in HEAD's history, made before `made` (give or take the clocks' skew),
+    whose kernels/ and src/ hash to `tree`; None if there is none (or no history here)."""
+    root = (root or repo_root()).resolve()
+    if not isinstance(tree, str) or not _own_history(root):
+        return None
+    for sha, when, folders in _history(str(root), head(root)):
+        if (when - made).total_seconds() > CLOCK_SKEW_S:
+            continue
+        if _folders_digest(str(root), folders, sha) == tree:
+            return _from_git(sha, str(root), head(root))[0]
+    return None
+
+
+@functools.lru_cache(maxsize=8)
+def _history(root_text: str, head_sha: str) -> tuple:
+    """(sha, commit time, the object names of its kernels/ and src/) for each commit of HEAD's
+    history, newest first: one git call for the list, one for the folders."""
+    root = Path(root_text)
+    log = _git(root, "log", "--format=%H %ct", head_sha).stdout.decode().split()
+    shas, times = log[0::2], log[1::2]
+    query = "".join(f"{sha}:{folder}\n" for sha in shas for folder in TREE_FOLDERS).encode()
+    answers = _git(root, "cat-file", "--batch-check=%(objectname)", input=query).stdout.decode().splitlines()
+    k = len(TREE_FOLDERS)
+    return tuple((sha, datetime.fromtimestamp(int(t), timezone.utc), tuple(answers[i * k:(i + 1) * k]))
+                 for i, (sha, t) in enumerate(zip(shas, times)))
+
+
+@functools.lru_cache(maxsize=256)
+def _folders_digest(root_text: str, folders: tuple, sha: str) -> str:
+    """The tree digest of commit `sha`, cached by its folders' object names (commits that left
+    kernels/ and src/ alone share one)."""
+    commit, _ = _from_git(sha, root_text, sha)
+    return commit.tree if commit else ""
 
 
 @functools.lru_cache(maxsize=64)
@@ -154,7 +206,7 @@ def describe_now(root: Path | None = None, files: dict[str, bytes] | None = None
     has changes that commit lacks (`files`: working_files(root), where the caller has them)."""
     root = root or repo_root()
     tree = digest_files(working_files(root) if files is None else files)
-    if has_git(root):
+    if _own_history(root):
         sha = head(root)
         commit, _ = find_commit(sha, root)
         dirty = commit is None or commit.tree != tree
@@ -181,6 +233,8 @@ def binding_problems(git: dict, created_utc: str, root: Path | None = None) -> t
     if (made - datetime.now(timezone.utc)).total_seconds() > CLOCK_SKEW_S:
         problems.append(f"made {created_utc}, which is in the future")
     commit, why = find_commit(git.get("commit"), root)
+    if commit is None or git.get("tree") != commit.tree:
+        commit = commit_with_tree(git.get("tree"), made, root) or commit
     if commit is None:
         return None, problems + [why]
     if git.get("tree") != commit.tree:

@@ -253,6 +253,7 @@ class Assessed:
     local: bool = False                                    # measured from uncommitted changes
     stale: dict[str, list[str]] = field(default_factory=dict)  # kernel -> why it is stale ([] fresh)
     order: tuple = ()                                      # (commit order, created_utc, path)
+    commit: str | None = None                              # the commit it is bound to (shown ones)
 
     @property
     def shown(self) -> bool:
@@ -352,14 +353,18 @@ def _judge(out: Assessed, rec: dict, now: _Now | None) -> None:
     from .provenance import binding_problems, find_commit
 
     out.refused += record_problems(rec)
-    if rec["git"].get("dirty") is not False:
+    commit, problems = binding_problems(rec["git"], rec["created_utc"])
+    if rec["git"].get("dirty") is not False and (commit is None or problems):
+        # Uncommitted changes, and no commit of this history holds the code it ran.
         out.local = True
         commit, _ = find_commit(rec["git"].get("commit"))
     else:
-        commit, problems = binding_problems(rec["git"], rec["created_utc"])
+        # Bound by its digest: a dirty flag set where the commit's name was unknown (a GPU
+        # lease's own snapshot) does not stand against a tree this history holds.
         out.refused += problems
         if commit is not None and not problems:
             out.refused += _against_commit(rec, commit)
+            out.commit = commit.sha
     out.order = (commit.order if commit else -1, rec["created_utc"], str(out.path))
     if not out.refused:
         now = now or _Now()
@@ -399,11 +404,19 @@ def reduce_to(rec: dict, keep) -> dict:
     return out
 
 
+def as_bound(rec: dict, item: Assessed) -> dict:
+    """`rec` (a copy) naming the commit it is bound to: the one whose code it ran, which a copy of
+    the tree without this history may have named otherwise (the file keeps what it said)."""
+    if item.commit and (rec["git"].get("commit") != item.commit or rec["git"].get("dirty") is not False):
+        rec["git"] = {**rec["git"], "commit": item.commit, "dirty": False, "recorded_commit": rec["git"].get("commit")}
+    return rec
+
+
 def fresh_records(kind: str, root: Path | None = None, kernel_id: str | None = None) -> list[dict]:
     """Records of `kind` that may be shown (bound, physical, committed), each reduced to its fresh
     kernels, oldest commit first; with `kernel_id`, only those where that kernel is fresh."""
     loaded, _ = load_records(root)
-    return [reduce_to(item.record, item.fresh) for item in loaded
+    return [as_bound(reduce_to(item.record, item.fresh), item) for item in loaded
             if item.record.get("kind") == kind and item.fresh and (kernel_id is None or kernel_id in item.fresh)]
 
 
