@@ -19,10 +19,10 @@ def test_check_suite(spec):
 @pytest.mark.gpu
 def test_quick_bench_makes_a_valid_record():
     from attnlab.gpu.bench import run_bench
-    from attnlab.records.results import validate_record
+    from attnlab.records.results import seal, validate_record
 
     rec = run_bench(select(["01_scalar"]), [MISSION], quick=True, progress=False)
-    assert validate_record(rec) == []
+    assert validate_record(seal(rec)) == []  # sealed as write_record seals it
     entry = rec["cases"][0]["kernels"]["01_scalar"]
     assert entry["check"]["passed"] and entry["device"]["median_us"] > 0
     assert rec["cases"][0]["sdpa"], "no SDPA backend ran"

@@ -46,11 +46,11 @@ def test_configured_kernels_pass_the_check(kernel_id, D):
 
 @pytest.mark.gpu
 def test_a_small_search_writes_a_valid_record():
-    from attnlab.records.results import validate_record
+    from attnlab.records.results import seal, validate_record
 
     rec = search.run_search("07_mma", MISSION, False, strategy="evolve", budget_s=60, population=4,
                             generations=2, reps=5, progress=False)
-    assert validate_record(rec) == []
+    assert validate_record(seal(rec)) == []  # sealed as write_record seals it
     assert rec["search"]["best"] is not None and rec["search"]["default"]["status"] == "ok"
     assert all(c["check"]["passed"] for c in rec["cases"] if c["status"] == "ok")
 
@@ -115,4 +115,8 @@ def test_ncu_captures_both_launches():
             pytest.skip(str(exc))
         raise
     assert [c["causal"] for c in cases] == [False, True]
-    assert all(c["function"] == "attn_fwd_07_mma_d64" for c in cases)
+    # At the mission shape a GPU with many SMs may run the key-split entry (07_mma's launcher picks it
+    # when the grid is small): either is 07_mma's kernel at D = 64.
+    spec = registry.get("07_mma")
+    d64 = {spec.entries_by_head_dim[64], *(by_dim[64] for by_dim in spec.entries_by_split.values())}
+    assert all(c["function"] in d64 for c in cases), [c["function"] for c in cases]
