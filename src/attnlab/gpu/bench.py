@@ -1,9 +1,11 @@
 """Device time the way the brief asks: CUDA events around CUDA-graph replays.
 
 Each measured function is warmed up (compiling and autotuning happen there, never inside a
-timing), captured `inner` times into one CUDA graph, and the graph is replayed `reps` times with
-an event pair around every replay. Graph replay removes Python and launch overhead from the
-figure; the per-call time is the replay time over `inner`. Inputs stay in L2 between calls
+timing), then replayed as a one-call CUDA graph for WARM_CLOCKS_US (clocks ramp up from idle);
+its device time per call, from back-to-back replays, sets `inner` so that one replay holds about
+TARGET_REPLAY_US of work. It is captured `inner` times into one CUDA graph, and the graph is
+replayed `reps` times with an event pair around every replay. Graph replay removes Python and
+launch overhead from the figure; the per-call time is the replay time over `inner`. Inputs stay in L2 between calls
 (a warm figure: at the mission shape q, k, v are 1.5 MB), which is how a layer sees them.
 
 The latency a Python caller sees (perf_counter around call + synchronize, what the earlier
@@ -22,6 +24,34 @@ from ..records.timing import Timing, summarize
 
 TARGET_REPLAY_US = 300.0   # enough work per replay that event resolution (~0.5 us) is noise
 MAX_INNER = 200
+WARM_CLOCKS_US = 50_000.0  # replays before any timing: an idle GPU takes tens of ms to reach its clocks
+
+
+def _graph_of(fn: Callable[[], object], calls: int):
+    import torch
+
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, capture_error_mode="relaxed"):
+        for _ in range(calls):
+            fn()
+    graph.replay()  # the first replay uploads the graph
+    torch.cuda.synchronize()
+    return graph
+
+
+def _replay_us(graph, replays: int) -> float:
+    """Device time per replay of `graph`, over `replays` back-to-back replays between two events:
+    the host enqueues a replay in a few microseconds, so the GPU never waits for Python between
+    them (one event pair around one Python call would count the host's launch path too)."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3 / replays
 
 
 def device_time(fn: Callable[[], object], reps: int = 50, warmup: int = 5) -> Timing:
@@ -36,21 +66,15 @@ def device_time(fn: Callable[[], object], reps: int = 50, warmup: int = 5) -> Ti
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
 
-    # One timed call picks how many calls go into the graph.
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    torch.cuda.synchronize()
-    single_us = max(start.elapsed_time(end) * 1e3, 1.0)
+    # One call's device time picks how many calls go into the timed graph, so that a replay holds
+    # TARGET_REPLAY_US of work whatever the host's launch path costs; replaying it first for
+    # WARM_CLOCKS_US brings the GPU to its clocks (a 10 us kernel timed from idle runs slower).
+    one = _graph_of(fn, 1)
+    single_us = max(_replay_us(one, 20), 0.5)
+    _replay_us(one, int(min(20_000, max(1, WARM_CLOCKS_US // single_us))))
     inner = int(min(MAX_INNER, max(1, TARGET_REPLAY_US // single_us)))
-
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, capture_error_mode="relaxed"):
-        for _ in range(inner):
-            fn()
-    graph.replay()  # the first replay uploads the graph
-    torch.cuda.synchronize()
+    del one
+    graph = _graph_of(fn, inner)
 
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
     for s, e in events:
