@@ -88,7 +88,12 @@ def test_tuned_launcher_runs_the_searched_configuration(monkeypatch, results):
     from attnlab.reference import naive_fp16, reference_attention
     from attnlab.records.results import write_record
 
-    rec, fast = _search_record(monkeypatch, causal=True, gpu=device_name())
+    import torch
+
+    # The record names this GPU as it is (an L4's 8.9 and 58 SMs on an H100 judge it stale)
+    props = torch.cuda.get_device_properties(0)
+    rec, fast = _search_record(monkeypatch, causal=True, gpu=device_name(), cc=f"{props.major}.{props.minor}",
+                               sms=props.multi_processor_count)
     write_record(rec)
     spec, why = tuned.spec_for("07_mma", MISSION, True)
     default = registry.get("07_mma")

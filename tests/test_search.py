@@ -327,15 +327,16 @@ import attnlab.records.results  # noqa: E402
 _NEW_RECORD = attnlab.records.results.new_record  # before any test replaces it
 
 def _search_record(monkeypatch, kernel_id="07_mma", shape=MISSION, causal=False, created="2026-01-03T00:00:00Z",
-                   older_source=False, gpu="TEST GPU (NVIDIA L4 table entry)"):
-    """A search record built by search_record from a synthetic run (the GPU's provenance faked)."""
+                   older_source=False, gpu="TEST GPU (NVIDIA L4 table entry)", cc="8.9", sms=58):
+    """A search record built by search_record from a synthetic run (the GPU's provenance faked: its
+    name, compute capability and SM count)."""
     import attnlab.records.results
     from synthetic import new_test_record, older, timing
 
     made = _NEW_RECORD
 
     def fake_new_record(kind, specs, settings=None):
-        rec = new_test_record(kind, specs, settings, gpu=gpu, created=created, make=made)
+        rec = new_test_record(kind, specs, settings, gpu=gpu, created=created, make=made, cc=cc, sms=sms)
         return older(rec) if older_source else rec
 
     monkeypatch.setattr(attnlab.records.results, "new_record", fake_new_record)
