@@ -4,6 +4,7 @@
 #   bash scripts/gpu_session.sh --list            # the stages, what each does, predicted minutes
 #   bash scripts/gpu_session.sh check             # run one stage; its archive lands in $OUT
 #   bash scripts/gpu_session.sh check bench       # or several, one after the other
+#   bash scripts/gpu_session.sh check+sanitize    # or side by side (stages that time nothing)
 #
 # Before the first call, on a machine with the package index and nvcc:
 #   bash scripts/gpu_prepare.sh                   # wheels into .whl/, prebuilt-sm_90.tar.xz into .attnlab-cache/
@@ -25,6 +26,15 @@ export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 if [ "${1:-}" = "--list" ] || [ $# -eq 0 ]; then
   exec "$PY" -m attnlab.session.stages --list
 fi
+# Stages side by side (check+sanitize) must time nothing: a timing wants the GPU to itself.
+for stage in "$@"; do
+  if [[ $stage == *+* ]]; then
+    IFS=+ read -ra parts <<< "$stage"
+    for part in "${parts[@]}"; do
+      case $part in bench|extras) echo "$part times kernels: run it alone, not in $stage" >&2; exit 2 ;; esac
+    done
+  fi
+done
 # A copy without this repository's history (no .git, or a .git the lease made of its own): the
 # commit stamped by gpu_prepare.sh names what the records measured (attnlab.records.provenance).
 if [ -f .attnlab-cache/git.env ]; then
@@ -45,9 +55,26 @@ if compgen -G ".whl/*.whl" >/dev/null; then
   fi
   export PYTHONPATH=$PYTHONPATH:$SITE
 fi
+run_stage() {
+  "$PY" -m attnlab.session.stages "$1" --out "$OUT" ${ATTNLAB_REHEARSE:+--rehearse} \
+    ${ATTNLAB_SESSION_DEADLINE:+--deadline "$ATTNLAB_SESSION_DEADLINE"}
+}
 status=0
 for stage in "$@"; do
-  "$PY" -m attnlab.session.stages "$stage" --out "$OUT" ${ATTNLAB_REHEARSE:+--rehearse} \
-    ${ATTNLAB_SESSION_DEADLINE:+--deadline "$ATTNLAB_SESSION_DEADLINE"} || status=1
+  if [[ $stage == *+* ]]; then
+    # check+sanitize: stages that time nothing run side by side (the GPU has room for both); each
+    # one's output is shown whole once all have ended.
+    IFS=+ read -ra parts <<< "$stage"
+    logs=$(mktemp -d)
+    pids=()
+    for part in "${parts[@]}"; do
+      run_stage "$part" > "$logs/$part.log" 2>&1 &
+      pids+=($!)
+    done
+    for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+    for part in "${parts[@]}"; do cat "$logs/$part.log"; done
+  else
+    run_stage "$stage" || status=1
+  fi
 done
 exit $status

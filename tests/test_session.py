@@ -87,8 +87,10 @@ def test_book_and_extras_execute_every_page_once_reusing_records():
     ctx = stages.Context()
     book, extras = stages.plan_book(ctx), stages.plan_extras(ctx)
     stems = {p.stem for p in (ROOT / "book").glob("*.ipynb")}
-    # the book stage first makes the pages' executor counts (one step, every core), then the pages
-    counts, book = book[0], book[1:]
+    # the book stage first takes the earlier stages' records into results/, then makes the pages'
+    # executor counts (one step, every core), then the pages
+    adopt, counts, book = book[0], book[1], book[2:]
+    assert adopt.name == "book-adopt-records" and adopt.argv[1:] == ("-m", "attnlab.session.stages", "--adopt-records")
     assert counts.name == "book-counts" and counts.argv[1:] == ("-m", "attnlab.book.executor_view") and not counts.gpu
     names = [s.name.removeprefix("book-") for s in book + extras]
     assert sorted(names) == sorted(stems)
@@ -96,6 +98,27 @@ def test_book_and_extras_execute_every_page_once_reusing_records():
     assert all(dict(s.env).get("ATTNLAB_REUSE_RECORDS") == "1" and s.alone for s in book + extras)
     # Default parameters, as nbval re-executes the pages: a cell printing quick's effect must match.
     assert not any("--full" in s.argv or "-p" in s.argv for s in book + extras)
+
+
+def test_the_book_stage_adopts_the_records_earlier_stages_left_on_the_machine(tmp_path):
+    root, results = tmp_path / "attnlab-session", tmp_path / "results"
+    for stage, name in (("check", "a-check-07_mma.json"), ("bench", "b-bench.json"), ("sanitize", "c-sanitize.json")):
+        (root / stage / "results" / "some-gpu").mkdir(parents=True)
+        (root / stage / "results" / "some-gpu" / name).write_text(f'{{"from": "{stage}"}}')
+    (root / "book" / "logs").mkdir(parents=True)  # a stage folder without records
+    (results / "some-gpu").mkdir(parents=True)
+    (results / "some-gpu" / "b-bench.json").write_text('{"from": "an import"}')  # already here: left alone
+    taken = stages.adopt_records(root, results)
+    assert sorted(p.name for p in taken) == ["a-check-07_mma.json", "c-sanitize.json"]
+    assert json.loads((results / "some-gpu" / "b-bench.json").read_text()) == {"from": "an import"}
+    assert json.loads((results / "some-gpu" / "c-sanitize.json").read_text()) == {"from": "sanitize"}
+
+
+def test_stages_side_by_side_refuse_a_timing_stage(tmp_path):
+    proc = subprocess.run(["bash", "scripts/gpu_session.sh", "check+bench"], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "OUT": str(tmp_path / "out")})
+    assert proc.returncode == 2 and "bench times kernels: run it alone" in proc.stderr
+    assert not (tmp_path / "out").exists()  # refused before anything is made
 
 
 @pytest.mark.parametrize("argv", [
@@ -251,8 +274,9 @@ def test_scripts_readme_stage_table_gives_the_minutes_list_predicts():
     assert rows == [s.name for s in stages.STAGES], rows
     assert f"predicts for an H100, {sum(s.minutes for s in stages.STAGES):.1f} in all" in page
     assert f"({sum(s.worst_minutes for s in stages.STAGES):.1f} minutes in all)" in page
-    for stage in stages.STAGES:  # the order of commands names each stage once
-        assert page.count(f"`bash scripts/gpu_session.sh {stage.name}`") == 1, stage.name
+    # the order of commands names each stage once, alone or side by side with another (a+b)
+    named = [part for arg in re.findall(r"`bash scripts/gpu_session.sh ([\w+]+)`", page) for part in arg.split("+")]
+    assert sorted(named) == sorted(s.name for s in stages.STAGES), named
 
 
 def test_the_books_running_page_leaves_the_staged_session_to_scripts_readme():

@@ -190,9 +190,37 @@ def plan_book(ctx: Context) -> list[Step]:
     GPU a page takes its check and timings from this commit's fresh records of the same GPU where
     they exist (ATTNLAB_REUSE_RECORDS: the check and bench stages wrote them minutes earlier)
     rather than measuring a second time, and measures live otherwise."""
+    # The records the earlier stages of this machine made (still under its TMPDIR while it stays
+    # warm) go into results/ first, so that the pages reuse them without a round trip through
+    # import-evidence between two calls; import-evidence judges every one of them later anyway.
+    adopt = Step("book-adopt-records", (ctx.python, "-m", "attnlab.session.stages", "--adopt-records"),
+                 timeout_s=60, gpu=False, alone=True)
     counts = Step("book-counts", (ctx.python, "-m", "attnlab.book.executor_view"), timeout_s=300, gpu=False,
                   alone=True)  # the pages' executor counts, every core at once, before the pages read them
-    return [counts] + [_page_step(ctx, stem) for stem in _pages() if stem not in MEASURING_PAGES]
+    return [adopt, counts] + [_page_step(ctx, stem) for stem in _pages() if stem not in MEASURING_PAGES]
+
+
+def session_root() -> Path:
+    """Where each stage keeps its work (logs, redirected records) on the GPU machine."""
+    return Path(os.environ.get("TMPDIR", "/tmp")) / "attnlab-session"
+
+
+def adopt_records(root: Path | None = None, results: Path | None = None) -> list[Path]:
+    """Copy the records the other stages left under `root` (session_root()) into `results`
+    (results/), keeping their paths under results/; a record already there is left alone."""
+    from ..paths import results_dir
+
+    root, results = root or session_root(), results or results_dir()
+    taken = []
+    for stage in STAGES:
+        folder = root / stage.name / "results"
+        for path in sorted(folder.rglob("*.json")) if folder.is_dir() else []:
+            target = results / path.relative_to(folder)
+            if not target.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, target)
+                taken.append(target)
+    return taken
 
 
 def plan_extras(ctx: Context) -> list[Step]:
@@ -333,8 +361,9 @@ STAGES: tuple[Stage, ...] = (
                            "odd shapes, 6 processes at once", plan_sanitize, parallel=6),
     Stage("extras", 6.5, "chapter 8's timed search, Nsight Compute counters and the scoreboard with the Triton "
                          "reference: their pages executed by papermill", plan_extras, redirect_results=False),
-    Stage("book", 6.5, "the pages' CPU-executor counts on every core, then every other page executed by "
-                       "papermill, reusing this commit's fresh records", plan_book, redirect_results=False),
+    Stage("book", 6.5, "the records earlier stages left on this machine into results/, the pages' CPU-executor "
+                       "counts on every core, then every other page executed by papermill, reusing this "
+                       "commit's fresh records", plan_book, redirect_results=False),
 )
 
 
@@ -501,7 +530,7 @@ def run_stage(name: str, out_dir: Path, work_root: Path | None = None, rehearse:
 
     stage = get_stage(name)
     ctx = Context(rehearse=rehearse)
-    work = (work_root or Path(os.environ.get("TMPDIR", "/tmp")) / "attnlab-session") / name
+    work = (work_root or session_root()) / name
     shutil.rmtree(work, ignore_errors=True)
     (work / "logs").mkdir(parents=True)
     env = dict(os.environ)
@@ -707,6 +736,8 @@ def main(argv=None) -> int:
     p.add_argument("--prepare", metavar="STAGE", help="only make STAGE ready: check its modules and programs, "
                                                        "unpack the carried builds and build what it needs")
     p.add_argument("--arch", help="with --prepare: the target to build for (default: the GPU's)")
+    p.add_argument("--adopt-records", action="store_true",
+                   help="copy the records earlier stages of this machine made into results/ (the book stage's first step)")
     p.add_argument("--isolation-demo", action="store_true",
                    help="show a hanging child and a faulting one recorded while the stage goes on")
     p.add_argument("--check-out", metavar="DIR", help="check that DIR would come back from the GPU machine whole")
@@ -722,6 +753,10 @@ def main(argv=None) -> int:
         got = [o.status for o in outcomes]
         print("process isolation " + ("ok" if got == want else f"FAILED: {got}, expected {want}"))
         return 0 if got == want else 1
+    if args.adopt_records:
+        taken = adopt_records()
+        print(f"{len(taken)} records of earlier stages on this machine taken into results/")
+        return 0
     if args.check_out:
         problems = check_out(Path(args.check_out))
         for line in problems:
