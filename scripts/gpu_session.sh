@@ -35,8 +35,9 @@ for stage in "$@"; do
     done
   fi
 done
-# A copy without this repository's history (no .git, or a .git the lease made of its own): the
-# commit stamped by gpu_prepare.sh names what the records measured (attnlab.records.provenance).
+# A copy whose git lacks the stamped commit (no .git, or the repository as last landed, behind the
+# commits made since): the commit stamped by gpu_prepare.sh names what the records measured
+# (attnlab.records.provenance).
 if [ -f .attnlab-cache/git.env ]; then
   stamped=$(sed -n 's/^ATTNLAB_GIT_COMMIT=//p' .attnlab-cache/git.env)
   if ! git cat-file -e "${stamped}^{commit}" 2>/dev/null; then

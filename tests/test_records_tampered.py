@@ -50,8 +50,8 @@ def test_the_forgery_with_current_hashes_is_refused_naming_its_commit_date_and_t
     rec["created_utc"] = "2031-01-01T00:00:00Z"
     write_record(rec)
     why = " ".join(_refusals(results))
-    # Its tree digest is this checkout's, so it is bound to the commit holding that code (a lease's
-    # snapshot names a commit this history lacks, too): the name alone is no refusal. The rest is.
+    # Its tree digest is this checkout's, so it is bound to the commit holding that code (a rewritten
+    # history names commits this one lacks, too): the name alone is no refusal. The rest is.
     assert "in the future" in why
     assert "below the least time this GPU can take" in why
     assert fresh_records("bench") == [] and report_rows() == []
@@ -393,16 +393,20 @@ def test_a_field_of_the_wrong_type_deep_inside_is_named_not_a_crash(results):
     assert not verify().ok
 
 
-def test_a_lease_snapshot_record_is_bound_by_its_tree(results):
-    """A GPU lease's copy had a .git of its own: the record names that snapshot's commit and calls
-    itself dirty, but its digest is this commit's kernels/ and src/. It is shown, under this commit."""
+@pytest.mark.parametrize("named", ["older", "unknown"])
+def test_a_record_calling_itself_dirty_is_bound_by_its_tree(results, scratch_repository, named):
+    """A GPU lease's copy came with the repository as last landed (its .git at an older commit, the
+    stamped one missing), so the record names that older commit and calls itself dirty; or the
+    history was rewritten and the name is unknown. Its digest is this commit's kernels/ and src/: it
+    is shown, under this commit."""
     rec = synthetic_record()
     real = rec["git"]["commit"]
-    rec["git"].update(commit="abcdef01" * 5, dirty=True)
+    other = git(scratch_repository, "rev-parse", "HEAD~1") if named == "older" else "abcdef01" * 5
+    rec["git"].update(commit=other, dirty=True)
     write_record(rec)
     item = _only(results)
     assert item.refused == [] and not item.local and item.fresh == {"01_scalar"}
     (shown,) = fresh_records("bench")
-    assert shown["git"]["commit"] == real and shown["git"]["recorded_commit"] == "abcdef01" * 5
+    assert shown["git"]["commit"] == real and shown["git"]["recorded_commit"] == other
     assert "uncommitted" not in measured.record_label(shown)
 

@@ -10,14 +10,15 @@ A run from a tree with uncommitted changes names no commit its numbers belong to
 local reading and never shown in the book. Commits order records ("freshest" is the record of the
 latest commit, the clock only breaks ties within one commit).
 
-A copy of the tree without this repository's history (a GPU machine's: no .git, or a .git the
-lease made of its own) knows one commit: the one scripts/gpu_prepare.sh stamped into
-ATTNLAB_GIT_COMMIT, _TREE and _TIME, and only while the copy still hashes to _TREE.
+A copy of the tree whose git lacks the commit it is at (a GPU machine's: no .git, or the
+repository as last landed, without the commits made since) knows one commit: the one
+scripts/gpu_prepare.sh stamped into ATTNLAB_GIT_COMMIT, _TREE and _TIME, and only while the copy
+still hashes to _TREE.
 
 The digest, not the commit's name, is what ties a record to code: a record whose commit this
-history lacks (a lease's own snapshot commit, a rewritten history) or whose dirty flag is set is
-bound to the latest commit before it whose kernels/ and src/ hash to its digest, when there is one.
-It measured exactly that commit's code.
+history lacks (a rewritten history), or that names an older commit and calls itself dirty (a GPU
+copy whose .git stood at the last landed commit), is bound to the latest commit before it whose
+kernels/ and src/ hash to its digest, when there is one. It measured exactly that commit's code.
 """
 from __future__ import annotations
 
@@ -101,9 +102,9 @@ def has_git(root: Path | None = None) -> bool:
 
 
 def _own_history(root: Path) -> bool:
-    """True where `root`'s git holds this repository's history. A copy stamped by gpu_prepare.sh
-    whose .git lacks the stamped commit (a GPU lease may snapshot the tree into a repository of its
-    own) goes by the stamp, as a copy with no .git does."""
+    """True where `root`'s git holds the commit the tree is at. A copy stamped by gpu_prepare.sh
+    whose .git lacks the stamped commit (a GPU lease's copy came with the repository as last landed,
+    HEAD behind the stamped commit) goes by the stamp, as a copy with no .git does."""
     if not has_git(root):
         return False
     stamped = os.environ.get("ATTNLAB_GIT_COMMIT")

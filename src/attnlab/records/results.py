@@ -359,8 +359,8 @@ def _judge(out: Assessed, rec: dict, now: _Now | None) -> None:
         out.local = True
         commit, _ = find_commit(rec["git"].get("commit"))
     else:
-        # Bound by its digest: a dirty flag set where the commit's name was unknown (a GPU
-        # lease's own snapshot) does not stand against a tree this history holds.
+        # Bound by its digest: a dirty flag set where the copy's .git stood at an older commit (a
+        # GPU lease's) does not stand against a tree this history holds.
         out.refused += problems
         if commit is not None and not problems:
             out.refused += _against_commit(rec, commit)
