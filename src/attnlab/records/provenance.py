@@ -134,12 +134,21 @@ def commit_with_tree(tree: str, made: datetime, root: Path | None = None) -> Com
     root = (root or repo_root()).resolve()
     if not isinstance(tree, str) or not _own_history(root):
         return None
-    for sha, when, folders in _history(str(root), head(root)):
+    top = head(root)
+    for sha, when, folders in _history(str(root), top):
         if (when - made).total_seconds() > CLOCK_SKEW_S:
             continue
-        if _folders_digest(str(root), folders, sha) == tree:
-            return _from_git(sha, str(root), head(root))[0]
+        key = (str(root), folders)
+        if key not in _FOLDER_DIGESTS:  # commits that left kernels/ and src/ alone share one digest
+            commit, _ = _from_git(sha, str(root), top)
+            _FOLDER_DIGESTS[key] = commit.tree if commit else ""
+        if _FOLDER_DIGESTS[key] == tree:
+            return _from_git(sha, str(root), top)[0]
     return None
+
+
+# (repository, object names of a commit's kernels/ and src/) -> the tree digest of those folders
+_FOLDER_DIGESTS: dict[tuple[str, tuple], str] = {}
 
 
 @functools.lru_cache(maxsize=8)
@@ -154,14 +163,6 @@ def _history(root_text: str, head_sha: str) -> tuple:
     k = len(TREE_FOLDERS)
     return tuple((sha, datetime.fromtimestamp(int(t), timezone.utc), tuple(answers[i * k:(i + 1) * k]))
                  for i, (sha, t) in enumerate(zip(shas, times)))
-
-
-@functools.lru_cache(maxsize=256)
-def _folders_digest(root_text: str, folders: tuple, sha: str) -> str:
-    """The tree digest of commit `sha`, cached by its folders' object names (commits that left
-    kernels/ and src/ alone share one)."""
-    commit, _ = _from_git(sha, root_text, sha)
-    return commit.tree if commit else ""
 
 
 @functools.lru_cache(maxsize=64)
