@@ -5,8 +5,9 @@ timing), then replayed as a one-call CUDA graph for WARM_CLOCKS_US (clocks ramp 
 its device time per call, from back-to-back replays, sets `inner` so that one replay holds about
 TARGET_REPLAY_US of work. It is captured `inner` times into one CUDA graph, and the graph is
 replayed `reps` times with an event pair around every replay. Graph replay removes Python and
-launch overhead from the figure; the per-call time is the replay time over `inner`. Inputs stay in L2 between calls
-(a warm figure: at the mission shape q, k, v are 1.5 MB), which is how a layer sees them.
+launch overhead from the figure; the per-call time is the replay time over `inner`. Inputs stay in
+L2 between calls (a warm figure: at the mission shape q, k, v are 1.5 MB), which is how a layer
+sees them.
 
 The latency a Python caller sees (perf_counter around call + synchronize, what the earlier
 study measured) is timed separately and never mixed with device time.
