@@ -15,7 +15,7 @@ from executor_launch import kinds, launch_arrays
 from attnlab.executor.library import load
 
 KERNELS = Path(__file__).parent / "executor"
-ENTRIES = ["shuffle_probe", "warp_sum_down", "scan_up", "shuffle_64", "votes", "active_after_exit", "match_32",
+ENTRIES = ["shuffle_probe", "warp_sum_down", "scan_up", "shuffle_64", "votes", "active_after_exit", "active_in_branches", "match_32",
            "match_64", "reduces", "mixed_qualifiers", "vote_foreign_mask", "half_warps", "nested_masks",
            "crossed_masks", "broadcast_after_exit", "butterfly_after_exit", "mma_after_exit"]
 FULL = 0xFFFFFFFF
@@ -121,7 +121,8 @@ def test_votes(lib, mask, case):
         if lane not in members:
             assert list(out[lane]) == [0xDEAD] * 5
             continue
-        assert list(out[lane]) == [FULL, ballot, int(ballot != 0), int(ballot == mask), int(ballot in (0, mask))]
+        # __activemask inside the branch: its lanes, the mask's (the others wait at __syncwarp).
+        assert list(out[lane]) == [mask, ballot, int(ballot != 0), int(ballot == mask), int(ballot in (0, mask))]
 
 
 def test_votes_in_a_partial_warp(lib):
@@ -140,6 +141,20 @@ def test_activemask_after_lanes_exit(lib, n):
     active = (1 << n) - 1
     for lane in range(n):
         assert list(out[lane]) == [active, bits(x for x in range(n) if x % 3 == 0)]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("split, n", [(16, 20), (1, 32), (32, 7)])
+def test_activemask_answers_the_lanes_of_one_arm(lib, seed, split, n):
+    """A GPU converges at most the lanes of one arm of a branch: never a lane of the other arm, nor
+    one that has returned. The early-exit reduction built on it sums exactly the lanes below n."""
+    out = np.zeros(96, np.uint32)
+    report = run(lib, "active_in_branches", [out, split, n], seed=seed)
+    assert report.clean, [f.line() for f in report.findings]
+    below, above = (1 << split) - 1, FULL & ~((1 << split) - 1)
+    assert list(out[:split]) == [below] * split
+    assert list(out[32 + split:64]) == [above] * (32 - split)
+    assert out[64] == n * (n + 1) // 2
 
 
 @pytest.mark.parametrize("mask", [FULL, 0x00FF00FF])

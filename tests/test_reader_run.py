@@ -381,6 +381,8 @@ def test_importing_attnlab_cpu_loads_no_executor():
     ("int n = __syncthreads_count(x[0] > 0);", "__syncthreads_count/and/or"),
     ("long long t = clock64();", "a GPU clock"),
     ("float v = tex1Dfetch<float>(0, 3);", "textures and surfaces"),
+    ("float* p = (float*)malloc(64);", "a device heap (malloc, free, new, delete)"),
+    ("float* p = new float[16];", "a device heap (malloc, free, new, delete)"),
 ])
 def test_what_the_executor_cannot_run_is_refused_by_name_before_any_build(monkeypatch, body, named):
     monkeypatch.setattr(reader_source, "load", lambda *a, **k: pytest.fail("built what it cannot run"))
@@ -390,3 +392,25 @@ def test_what_the_executor_cannot_run_is_refused_by_name_before_any_build(monkey
     assert str(err.value).startswith(f"cell.cu:2: {named} is not something the CPU executor runs")
     # A mention in a comment is not a use.
     assert reader_source.unsupported("// no asm here, no clock64()\n", "c.cu") is None
+
+
+@pytest.mark.parametrize("declaration, named", [
+    ("__device__ float coef[4] = {1.f, 2.f, 3.f, 4.f};", "a __device__ (or __managed__) variable"),
+    ("static __device__ int counter;", "a __device__ (or __managed__) variable"),
+    ("__managed__ int flag;", "a __device__ (or __managed__) variable"),
+    ("__constant__ float scale[4];", "__constant__ memory"),
+])
+def test_global_variables_are_refused_by_name_and_const_tables_run(monkeypatch, declaration, named):
+    """A `__device__` variable would be host memory the executor does not watch (its accesses were
+    reported against another buffer): refused. A const table with its values in the source, and a
+    `__device__` function, are plain C++ and run."""
+    body = "__global__ void k(float* x) {\n    x[threadIdx.x] *= 2.f;\n}\n"
+    with pytest.raises(ReaderError) as err:
+        cpu.run(declaration + "\n" + body, block=32, args=(np.zeros(32, np.float32),))
+    assert str(err.value).startswith(f"cell.cu:1: {named} is not something the CPU executor runs")
+    x = np.ones(32, np.float32)
+    table = ("__device__ const float coef[4] = {1.f, 2.f, 3.f, 4.f};\n"
+             "__device__ float scaled(int i) { return coef[i % 4]; }\n"
+             "__global__ void k(float* x) {\n    x[threadIdx.x] *= scaled(threadIdx.x);\n}\n")
+    result = cpu.run(table, block=32, args=(x,))
+    assert result.clean and np.array_equal(x, np.tile([1, 2, 3, 4], 8).astype(np.float32))

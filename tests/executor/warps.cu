@@ -60,7 +60,7 @@ extern "C" __global__ void shuffle_64(const double* d_in, const long long* i_in,
 
 // The lanes named by `mask` vote on pred[lane]: out[5 * lane + k] = activemask, ballot, any, all,
 // uni. The other lanes write nothing (their slots stay as the test filled them) and wait at a
-// __syncwarp meanwhile, so that no lane has exited when one reads __activemask.
+// __syncwarp meanwhile: __activemask answers the lanes in the branch, the mask's.
 extern "C" __global__ void votes(const int* pred, unsigned* out, unsigned mask) {
     const int lane = lane_id();
     if (mask >> lane & 1u) {
@@ -84,6 +84,27 @@ extern "C" __global__ void active_after_exit(unsigned* out, int n) {
     const unsigned active = __activemask();
     out[2 * lane] = active;
     out[2 * lane + 1] = __ballot_sync(active, lane % 3 == 0);
+}
+
+// __activemask where the warp has diverged: lanes below `split` read it in one arm of a branch
+// (out[lane]), the others in the other arm (out[32 + lane]); then lanes n.. return and the rest
+// sum their values by shuffles under the mask __activemask gives them (out[64 + lane]), the
+// idiom of a reduction after an early-exit guard.
+extern "C" __global__ void active_in_branches(unsigned* out, int split, int n) {
+    const int lane = lane_id();
+    if (lane < split)
+        out[lane] = __activemask();
+    else
+        out[32 + lane] = __activemask();
+    if (lane >= n) return;
+    const unsigned active = __activemask();
+    unsigned v = lane + 1;
+    for (int offset = 16; offset; offset >>= 1) {  // only lanes that are still here are read
+        const int from = lane + offset < n ? lane + offset : lane;
+        const unsigned other = __shfl_sync(active, v, from);
+        if (from != lane) v += other;
+    }
+    out[64 + lane] = v;
 }
 
 // __match_any_sync and __match_all_sync of 32-bit values among the lanes of `mask`.

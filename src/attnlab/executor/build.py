@@ -38,7 +38,15 @@ COMMON_FLAGS = (CXX_STANDARD, "-O1", "-gdwarf-4", "-fPIC", "-fno-omit-frame-poin
 # -fno-tree-sra keeps a 16- or 8-byte vector access (uint4, float2, ...) one access, as the GPU
 # issues it: scalar replacement would split `*(uint4*)p = v` into four 4-byte stores whenever v's
 # fields are built or used one by one, and the bank and sector counts would see four requests.
+# memcpy, memset and memmove stay calls, which the runtime checks (memory.cpp): GCC would expand
+# one of a constant size past the instrumentation, unseen (the executor's headers say
+# __builtin_memcpy where they move a value's bits). -U_FORTIFY_SOURCE: a compiler that fortifies
+# by default (Ubuntu's) would call __memcpy_chk instead.
 KERNEL_FLAGS = ("-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0", "-fno-tree-sra",
+                "-fno-builtin-memcpy", "-fno-builtin-memset", "-fno-builtin-memmove", "-U_FORTIFY_SOURCE",
+                # A thread's stack is a fiber's 256 KiB (runtime.h): a larger frame fails the build,
+                # naming its function, rather than the process at run time.
+                "-Werror=frame-larger-than=196608",
                 "-include", "attn_cpu/prelude.h")
 RUNTIME_FLAGS = ("-O2", "-fvisibility=hidden")
 
@@ -176,6 +184,32 @@ def runtime_objects(cxx: str) -> list[Path]:
     return objects
 
 
+# Two empty functions linked around the kernel's object (the linker keeps each file's code in the
+# order the files are named): the runtime's watchdog (fiber.cpp) takes a thread stuck between them,
+# past the time limit, as stuck in the kernel's own code, where it may safely stop it.
+_MARKERS = {"begin": 'extern "C" void attn_cpu_kernel_text_begin() {}\n',
+            "end": 'extern "C" void attn_cpu_kernel_text_end() {}\n'}
+
+
+def marker_objects(cxx: str) -> tuple[Path, Path]:
+    """The objects linked before and after a kernel's (cached, once per compiler)."""
+    key = hashlib.sha256((repr(_MARKERS) + compiler_version(cxx) + " ".join(COMMON_FLAGS)).encode()).hexdigest()[:16]
+    out_dir = cache_dir() / "cpu" / f"markers-{key}"
+    objects = []
+    for name, text in _MARKERS.items():
+        obj = out_dir / f"kernel_text_{name}.o"
+        if not obj.exists():
+            out_dir.mkdir(parents=True, exist_ok=True)
+            src = out_dir / f"kernel_text_{name}.{os.getpid()}.cpp"
+            src.write_text(text)
+            tmp = obj.with_suffix(f".{os.getpid()}.tmp.o")
+            _run([cxx, *COMMON_FLAGS, "-c", str(src), "-o", str(tmp)], f"compiling the executor's {name} marker")
+            os.replace(tmp, obj)
+            src.unlink()
+        objects.append(obj)
+    return objects[0], objects[1]
+
+
 def build_library(source: str, entries, defines=(), src_dir: Path | None = None) -> Path:
     """The shared library that runs `entries` (extern "C" kernels) of `source` (a file under
     `src_dir`, kernels/ by default) on the executor, built with `defines` ((name, value) pairs).
@@ -191,10 +225,11 @@ def build_library(source: str, entries, defines=(), src_dir: Path | None = None)
     entries = tuple(entries)
     defines = tuple(sorted((str(n), int(v)) for n, v in defines))
     objs = runtime_objects(cxx)
+    begin, end = marker_objects(cxx)
     key_text = "\n".join([_tree_digest(set(files) | set(_kernel_files(kernels_dir()))), _tree_digest(sorted(INCLUDE.rglob("*.h"))),
                           source, repr(entries),
                           repr(defines), compiler_version(cxx), " ".join(COMMON_FLAGS + KERNEL_FLAGS),
-                          " ".join(str(o) for o in objs)])
+                          " ".join(str(o) for o in (begin, end, *objs))])
     key = hashlib.sha256(key_text.encode()).hexdigest()[:20]
     lib = cache_dir() / "cpu" / "lib" / f"{Path(source).stem}-{key}.so"
     if lib.exists():
@@ -215,7 +250,8 @@ def build_library(source: str, entries, defines=(), src_dir: Path | None = None)
               *[f"-D{n}={v}" for n, v in defines], "-c", str(wrapper), "-o", str(obj)],
              f"compiling {source} for the CPU executor")
         out = work / "kernel.so"
-        _run([cxx, "-shared", "-o", str(out), str(obj), *map(str, objs), "-Wl,-Bsymbolic", "-ldl"],
+        _run([cxx, "-shared", "-o", str(out), str(begin), str(obj), str(end), *map(str, objs), "-Wl,-Bsymbolic",
+              "-Wl,--wrap=memcpy,--wrap=memmove,--wrap=memset", "-ldl", "-lrt"],
              f"linking {source} for the CPU executor")
         _atomic_write(lib, out.read_bytes())
     return lib

@@ -385,6 +385,16 @@ _UNSUPPORTED = (
      "not modelled: read the array through a plain (const) pointer"),
     (re.compile(r"\bclock(?:64)?\s*\(\s*\)|\b__nanosleep\b|\b__globaltimer\b"), "a GPU clock",
      "the executor never times a kernel: its clocks would mean nothing"),
+    (re.compile(r"\b__constant__\b"), "__constant__ memory",
+     "the host fills it (cudaMemcpyToSymbol), which a kernel file alone cannot: pass the values as a kernel "
+     "argument (a pointer to const), or write a __device__ const table with its values in the source"),
+    (re.compile(r"\b(?:malloc|free)\s*\(|\bnew\s+[A-Za-z_]|\bdelete\b"), "a device heap (malloc, free, new, delete)",
+     "the executor keeps no global memory beside the launch's buffers: pass a scratch buffer as a kernel argument"),
+    # A variable, not a function: no parenthesis before its `=` or `;`; a const table is fine.
+    (re.compile(r"(?m)^[ \t]*(?:static[ \t]+)?__(?:device|managed)__\b(?![^;(){}\n]*\bconst\b)[^;(){}\n]*[=;]"),
+     "a __device__ (or __managed__) variable",
+     "the executor keeps no global memory beside the launch's buffers: pass the array as a kernel argument "
+     "(a __device__ const table with its values in the source is fine)"),
 )
 
 

@@ -15,7 +15,7 @@ struct __attribute__((aligned(4))) __half2 {
 namespace attn_cpu {
 inline unsigned short float_to_half_bits(float f) {
     uint32_t x;
-    memcpy(&x, &f, 4);
+    __builtin_memcpy(&x, &f, 4);
     const uint32_t sign = (x >> 16) & 0x8000u;
     const uint32_t abs = x & 0x7fffffffu;
     if (abs >= 0x7f800000u)  // inf or NaN (NaN stays a quiet NaN)
@@ -52,7 +52,7 @@ inline float half_bits_to_float(unsigned short h) {
         x = sign | ((exp + 112u) << 23) | (mant << 13);
     }
     float f;
-    memcpy(&f, &x, 4);
+    __builtin_memcpy(&f, &x, 4);
     return f;
 }
 }  // namespace attn_cpu

@@ -97,6 +97,7 @@ static void fiber_entry() {
     Thread& t = *g.cur;
     set_run(t, Run::Exited);
     on_thread_exit(t);
+    activemask_poll(t.warp);
     to_scheduler();
     __builtin_trap();  // an exited fiber is never resumed
 }
@@ -111,7 +112,8 @@ void block_current(WaitOn why, void* pc) {
     set_run(t, Run::Blocked);
     t.wait = why;
     t.wait_pc = pc;
-    to_scheduler();
+    activemask_poll(t.warp);
+    if (t.run == Run::Blocked) to_scheduler();
 }
 
 void abort_launch() {
@@ -119,6 +121,7 @@ void abort_launch() {
     to_scheduler();
     __builtin_trap();
 }
+
 
 // ---- scheduling -------------------------------------------------------------------------------
 static unsigned ready_lanes(int w) { return g.warps[w].ready; }
@@ -137,6 +140,8 @@ static std::string where(const Thread& t) {
         what = "bar.sync " + std::to_string(t.wait_barrier);
     else if (t.wait == WaitOn::Barrier)  // bar.arrive waits only for the rest of its own warp
         what = "bar.arrive " + std::to_string(t.wait_barrier) + " (for the rest of its warp)";
+    else if (t.wait == WaitOn::Active)
+        what = "__activemask";
     else if (t.wait == WaitOn::Collective)  // the .aligned kinds take the whole warp: no mask to show
         what = std::string(coll_name(t.coll.kind)) +
                (t.coll.kind < C_LDSM || t.coll.kind > C_WMMA_MMA ? " (mask " + lanes_text(t.coll.mask) + ")" : "");

@@ -80,6 +80,7 @@ ATTN_API int attn_cpu_launch(void (*thunk)(void**), void** args, unsigned gx, un
     instrument_launch_begin((unsigned long)gx * gy * gz);
     set_kernel(thunk, args);
     for (int i = 0; i < g.nthreads; ++i) g.threads[i].vc = clocks.data() + (size_t)i * MAX_THREADS;
+    watchdog_arm();
     for (unsigned z = 0; z < gz && !g.aborted; ++z)
         for (unsigned y = 0; y < gy && !g.aborted; ++y)
             for (unsigned x = 0; x < gx && !g.aborted; ++x) {
@@ -99,6 +100,7 @@ ATTN_API int attn_cpu_launch(void (*thunk)(void**), void** args, unsigned gx, un
                 run_block();
             }
     g.cur = nullptr;
+    watchdog_disarm();
     return g.aborted ? 1 : 0;
 }
 

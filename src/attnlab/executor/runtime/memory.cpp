@@ -294,12 +294,13 @@ void out_of_bounds_shared(Thread& t, unsigned offset, unsigned size, bool write,
     report("shared out of bounds", &t, pc, buf);
 }
 
-void misaligned(Thread& t, const void* p, unsigned size, bool write, void* pc) {
-    char buf[120];
-    snprintf(buf, sizeof buf, "%s %u bytes at an address that is not %u-byte aligned", write ? "writes" : "reads",
-             size, size);
-    report("misaligned access", &t, pc, buf);
-    (void)p;
+// A GPU stops the kernel at a misaligned access ("misaligned address"): so does the executor, before
+// the host performs it (an aligned SSE move of a uint4 would take the process down).
+[[noreturn]] void misaligned(Thread& t, const std::string& what, unsigned size, bool write, void* pc) {
+    report("misaligned access", &t, pc,
+           std::string(write ? "writes " : "reads ") + std::to_string(size) + " bytes at " + what +
+               ", an address that is not " + std::to_string(size) + "-byte aligned (a GPU stops the kernel here)");
+    abort_launch();
 }
 
 // Each access below returns whether it was in bounds (an access out of bounds is reported and
@@ -367,9 +368,9 @@ bool global_access(Thread& t, uintptr_t a, unsigned size, Mode mode, void* pc) {
         if (!in_gap(a, size)) abort_launch();  // the access itself could fault: stop here, as a GPU would
         return false;
     }
-    if (size > 1 && (a & (size - 1)) && size <= 16) misaligned(t, (void*)a, size, write, pc);
     const int index = (int)(b - buffers.data());
     const size_t offset = a - (uintptr_t)b->base;
+    if (size > 1 && (a & (size - 1)) && size <= 16) misaligned(t, place(true, index, offset), size, write, pc);
     if ((g.options & OPT_COUNT) && mode != Mode::Atomic) instrument_global(t, index, offset, a, size, write, pc);
     if (b->read_only) {
         // Nothing writes it in this launch (unless through a cast-away const, reported here), so its
@@ -409,7 +410,8 @@ inline bool access_as(Thread& t, const void* p, unsigned size, Mode mode, void* 
     }
     if (a - shared_lo < shared_span) {
         const unsigned offset = (unsigned)(a - shared_lo);
-        if (size > 1 && (a & (size - 1)) && size <= 16) misaligned(t, p, size, write, pc);
+        if (size > 1 && (a & (size - 1)) && size <= 16 && shared_offset_valid(offset, size))
+            misaligned(t, shared_name(offset), size, write, pc);
         if (mode != Mode::Atomic) {
             if (g.options & (OPT_BANKS | OPT_COUNT)) log_shared_access(t, offset, size, g.in_wmma ? 3 : 0, pc, write);
             if (g.options & OPT_COUNT) instrument_shared(t, offset, size, write, pc);
@@ -542,6 +544,19 @@ void mark_read_only(const void* p, bool read_only) {
 
 // ---- the instrumentation's entry points ----------------------------------------------------------
 using attn_cpu::access;
+
+// n bytes from p, as the widest aligned pieces of up to 4 bytes: never a misaligned access the
+// kernel did not make.
+static void range_access(const void* p, size_t n, bool write, void* pc) {
+    uintptr_t a = (uintptr_t)p;
+    const uintptr_t end = a + n;
+    while (a < end) {
+        unsigned size = 4;
+        while (size > 1 && ((a & (size - 1)) || a + size > end)) size >>= 1;
+        access((const void*)a, size, write, pc);
+        a += size;
+    }
+}
 #define ATTN_TSAN_VISIBILITY extern "C" __attribute__((visibility("hidden")))
 ATTN_TSAN_VISIBILITY void __tsan_init() {}
 ATTN_TSAN_VISIBILITY void __tsan_func_entry(void*) {}
@@ -556,9 +571,41 @@ ATTN_TSAN_RW(2)
 ATTN_TSAN_RW(4)
 ATTN_TSAN_RW(8)
 ATTN_TSAN_RW(16)
-ATTN_TSAN_VISIBILITY void __tsan_read_range(void* p, unsigned long n) {
-    for (unsigned long i = 0; i < n; i += 2) attn_cpu::access((char*)p + i, n - i >= 2 ? 2 : 1, false, ATTN_CALLER());
+ATTN_TSAN_VISIBILITY void __tsan_read_range(void* p, unsigned long n) { range_access(p, n, false, ATTN_CALLER()); }
+ATTN_TSAN_VISIBILITY void __tsan_write_range(void* p, unsigned long n) { range_access(p, n, true, ATTN_CALLER()); }
+
+// memcpy, memset and memmove called by a kernel: GCC inlines those of a small constant size as
+// loads and stores (instrumented like any), and calls the library for the rest, which the
+// instrumentation does not see. build.py links with --wrap for the three, so every call comes
+// here first; one made from the kernel's own code (between the markers build.py links around it)
+// is checked byte range by byte range, as the GPU's loop of loads and stores would be.
+extern "C" void attn_cpu_kernel_text_begin();
+extern "C" void attn_cpu_kernel_text_end();
+extern "C" void* __real_memcpy(void*, const void*, size_t);
+extern "C" void* __real_memmove(void*, const void*, size_t);
+extern "C" void* __real_memset(void*, int, size_t);
+static bool from_kernel(void* pc) {
+    return attn_cpu::g.cur && (uintptr_t)pc > (uintptr_t)&attn_cpu_kernel_text_begin &&
+           (uintptr_t)pc <= (uintptr_t)&attn_cpu_kernel_text_end;
 }
-ATTN_TSAN_VISIBILITY void __tsan_write_range(void* p, unsigned long n) {
-    for (unsigned long i = 0; i < n; i += 2) attn_cpu::access((char*)p + i, n - i >= 2 ? 2 : 1, true, ATTN_CALLER());
+ATTN_TSAN_VISIBILITY void* __wrap_memcpy(void* d, const void* s, size_t n) {
+    void* pc = ATTN_CALLER();
+    if (from_kernel(pc)) {
+        range_access(s, n, false, pc);
+        range_access(d, n, true, pc);
+    }
+    return __real_memcpy(d, s, n);
+}
+ATTN_TSAN_VISIBILITY void* __wrap_memmove(void* d, const void* s, size_t n) {
+    void* pc = ATTN_CALLER();
+    if (from_kernel(pc)) {
+        range_access(s, n, false, pc);
+        range_access(d, n, true, pc);
+    }
+    return __real_memmove(d, s, n);
+}
+ATTN_TSAN_VISIBILITY void* __wrap_memset(void* d, int v, size_t n) {
+    void* pc = ATTN_CALLER();
+    if (from_kernel(pc)) range_access(d, n, true, pc);
+    return __real_memset(d, v, n);
 }

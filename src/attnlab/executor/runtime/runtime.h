@@ -20,6 +20,7 @@
 // accesses by happens-before (vector clocks), never by the schedule that happened to run.
 #pragma once
 #include <stddef.h>
+#include <signal.h>
 #include <stdint.h>
 
 #include <string>
@@ -50,7 +51,7 @@ enum : unsigned {
 };
 
 enum class Run : uint8_t { Ready, Blocked, Exited };
-enum class WaitOn : uint8_t { Nothing, Barrier, Collective };
+enum class WaitOn : uint8_t { Nothing, Barrier, Collective, Active };  // Active: at __activemask
 
 // Kinds of warp-collective operation; lanes meet at one of these.
 enum Coll : uint8_t { C_NONE, C_SYNCWARP, C_SHFL, C_LDSM, C_MMA, C_WMMA_LOAD, C_WMMA_STORE, C_WMMA_MMA };
@@ -153,6 +154,7 @@ struct Warp {
     void* pc = nullptr;
     unsigned epoch = 0;      // times its request log was grouped (banks.cpp): the trace's epochs
     unsigned ready = 0;      // lanes whose thread is Ready (set_run keeps it): the scheduler's pick
+    unsigned at_activemask = 0;  // lanes waiting at an __activemask for the rest of the warp (warp.cpp)
 };
 
 struct Barrier {
@@ -207,6 +209,7 @@ struct State {
     bool tracing = false;    // the running block is that block
     double deadline = 0;     // seconds (monotonic); 0: none
     long long accesses = 0;
+    volatile sig_atomic_t interrupted = 0;  // SIGINT arrived during the launch (fiber.cpp's watchdog)
     // threads
     Thread* threads = nullptr;  // MAX_THREADS, allocated once
     Thread* cur = nullptr;
@@ -241,6 +244,9 @@ void run_block();
 void block_current(WaitOn why, void* pc);  // switch out until someone makes this thread Ready
 void make_ready(Thread& t);
 void abort_launch();
+void activemask_poll(int warp);  // warp.cpp: a lane of `warp` blocked or exited
+void watchdog_arm();     // watchdog.cpp: around each launch
+void watchdog_disarm();
 uint64_t next_random();
 double now_seconds();
 

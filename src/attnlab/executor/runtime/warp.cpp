@@ -17,7 +17,8 @@
 // each other's lanes, two or more in a cycle (none can ever complete); a shuffle that reads a
 // lane which has exited (its value is undefined); an .aligned operation when a lane of the warp
 // has exited.
-// __activemask is no meeting: it reads the warp's lanes that have not exited.
+// __activemask is a meeting of its own: the lanes at one call when the rest of the warp waits or
+// has exited (activemask below).
 #include <algorithm>
 #include <cstring>
 
@@ -509,14 +510,44 @@ unsigned redux(unsigned mask, unsigned value, int op) {
     return t.coll.result;
 }
 
-// activemask (PTX ISA 9.7.13.11) reads the lanes executing it together. The executor runs a
-// warp's lanes one at a time and keeps no notion of which are converged, so it answers with the
-// lanes that have not exited: on sm_70+ the set a GPU reports inside a branch is whatever the
-// hardware happened to converge, which is why CUDA warns against building a collective's mask
-// from it. Not a meeting: no lane waits.
+// activemask (PTX ISA 9.7.13.11) reads the lanes executing it together. The executor takes those
+// to be the lanes that reach the same __activemask call before their warp can go on any other
+// way: a lane waits there until every other lane of its warp has exited or waits somewhere (a
+// barrier, a collective, this or another __activemask), and the answer is the lanes waiting at
+// its call. Lanes that took the other arm of a branch, or returned early, are not in it, as on a
+// GPU; no lane is in it that a GPU could not have converged there. (Which lanes a GPU converges
+// at all is the hardware's choice, which is why CUDA warns against building a collective's mask
+// from it.)
 unsigned activemask() {
-    const Warp& w = g.warps[g.cur->warp];
-    return w.lanes & ~w.exited;
+    Thread& t = *g.cur;
+    Warp& w = g.warps[t.warp];
+    set_run(t, Run::Blocked);
+    t.wait = WaitOn::Active;
+    t.wait_pc = ATTN_CALLER();
+    w.at_activemask |= 1u << t.lane;
+    activemask_poll(t.warp);
+    if (t.run == Run::Blocked) block_current(WaitOn::Active, t.wait_pc);
+    return t.coll.result;
+}
+
+// When no lane of the warp can run, each __activemask call with lanes waiting answers them.
+void activemask_poll(int warp) {
+    Warp& w = g.warps[warp];
+    if (!w.at_activemask || w.ready) return;
+    const int base = warp * WARP;
+    for (unsigned left = w.at_activemask; left;) {
+        void* pc = g.threads[base + __builtin_ctz(left)].wait_pc;
+        unsigned same = 0;
+        for (unsigned m = left; m; m &= m - 1)
+            if (g.threads[base + __builtin_ctz(m)].wait_pc == pc) same |= 1u << __builtin_ctz(m);
+        for (unsigned m = same; m; m &= m - 1) {
+            Thread& x = g.threads[base + __builtin_ctz(m)];
+            x.coll.result = same;
+            make_ready(x);
+        }
+        left &= ~same;
+    }
+    w.at_activemask = 0;
 }
 
 void ldmatrix_x4(unsigned (&r)[4], unsigned addr, bool trans) {

@@ -14,6 +14,10 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+// Included here, before the printf macro below: libstdc++'s <cstdio> #undefs printf, and a
+// kernel's own later #include <cstdio> is then a no-op that leaves the macro in place.
+#include <cstdio>
+#include <cstring>
 
 #include <type_traits>
 
@@ -129,20 +133,23 @@ unsigned activemask();
 // A 32- or 64-bit value of any type through shfl.sync (mode 0 bfly, 1 idx, 2 down, 3 up). shfl.sync
 // moves 32 bits: a 64-bit value goes as two shuffles, low word first, as CUDA's overloads for
 // double and long long do. Forced inline so that a finding's pc is the kernel's line.
+// An 8- or 16-bit value (char, short, bool, __half) goes in the low bits of one 32-bit word, as
+// CUDA's overloads for them do (promotion, or __half's own overload through a 32-bit register).
 template <class T>
 __forceinline__ T shuffle_value(unsigned mask, T v, int lane_arg, int width, int mode) {
-    static_assert(sizeof(T) == 4 || sizeof(T) == 8, "the executor shuffles 32- and 64-bit values");
-    unsigned words[sizeof(T) / 4];
-    memcpy(words, &v, sizeof(T));
+    static_assert(sizeof(T) <= 4 || sizeof(T) == 8, "the executor shuffles values of 1, 2, 4 or 8 bytes");
+    constexpr size_t n = sizeof(T) < 4 ? 1 : sizeof(T) / 4;
+    unsigned words[n] = {};
+    __builtin_memcpy(words, &v, sizeof(T));
     for (unsigned& w : words) w = shfl(mask, w, lane_arg, width, mode);
-    memcpy(&v, words, sizeof(T));
+    __builtin_memcpy(&v, words, sizeof(T));
     return v;
 }
 template <class T>
 __forceinline__ unsigned long long match_bits(T v) {
     static_assert(sizeof(T) == 4 || sizeof(T) == 8, "match.sync compares 32- and 64-bit values");
     unsigned long long bits = 0;
-    memcpy(&bits, &v, sizeof(T));
+    __builtin_memcpy(&bits, &v, sizeof(T));
     return bits;
 }
 }  // namespace attn_cpu
@@ -222,14 +229,14 @@ template <> struct atomic_type<double> { static constexpr int code = T_F64; };
 template <class T>
 inline uint64_t atomic_bits(T v) {
     uint64_t b = 0;
-    memcpy(&b, &v, sizeof(T));
+    __builtin_memcpy(&b, &v, sizeof(T));
     return b;
 }
 template <class T>
 inline T atomic_call(T* p, int op, T operand, T compare = T()) {
     const uint64_t old = atomic_rmw(p, op, atomic_type<T>::code, atomic_bits(operand), atomic_bits(compare));
     T out;
-    memcpy(&out, &old, sizeof(T));
+    __builtin_memcpy(&out, &old, sizeof(T));
     return out;
 }
 }  // namespace attn_cpu
@@ -301,10 +308,10 @@ template <class T>
 inline T __ldg(const T* p) { return *p; }
 inline float __saturatef(float x) { return x < 0.f ? 0.f : x > 1.f ? 1.f : x; }
 
-inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
-inline int __float_as_int(float f) { int i; memcpy(&i, &f, 4); return i; }
-inline float __uint_as_float(unsigned i) { float f; memcpy(&f, &i, 4); return f; }
-inline unsigned __float_as_uint(float f) { unsigned i; memcpy(&i, &f, 4); return i; }
+inline float __int_as_float(int i) { float f; __builtin_memcpy(&f, &i, 4); return f; }
+inline int __float_as_int(float f) { int i; __builtin_memcpy(&i, &f, 4); return i; }
+inline float __uint_as_float(unsigned i) { float f; __builtin_memcpy(&f, &i, 4); return f; }
+inline unsigned __float_as_uint(float f) { unsigned i; __builtin_memcpy(&i, &f, 4); return i; }
 // __expf is ex2.approx.ftz(x * log2(e)) on the GPU.
 inline float __expf(float x) { return attn_cpu::ex2_approx_ftz(x * 1.4426950408889634f); }
 inline float __fdividef(float a, float b) { return a / b; }
