@@ -109,6 +109,9 @@ def test_untouched_skeleton_fails_saying_what_is_wrong(eid):
 # Typical mistakes, each planted in a copy of the solution: (exercise, old text, new text, what the
 # verdict must say).
 MISTAKES = [
+    # the running max taken from the chunk alone: right while no later chunk is lower, e^100 when one is
+    ("ch01-online-softmax", "const float m_new = fmaxf(m, chunk_max);", "const float m_new = chunk_max;",
+     "the running max must never decrease"),
     ("ch01-causal-limit", "!active ? 0 : (causal ? row + 1 : L)", "causal ? row + 1 : L", "global out of bounds"),
     ("ch02-tile-barriers", "        __syncthreads();  // every row is done with the previous tile before it is overwritten\n",
      "", "race"),
@@ -119,6 +122,9 @@ MISTAKES = [
     ("ch05-score-tile", "kk * MMA, T::KV_LD);", "kk * MMA, D);", "uninitialized shared read"),
     ("ch06-ring-barriers", "attn::bar_arrive(", "attn::bar_sync(", "the signalling side waits"),
     ("ch06-ring-barriers", "full_bar(s), THREADS); }", "full_bar(s), CONSUMER_THREADS); }", "deadlock"),
+    # consumers wait for 128 where the producer arrives for 160: the mismatch, not the deadlock it causes
+    ("ch06-ring-barriers", "consumer_acquire(int s) { attn::bar_sync(full_bar(s), THREADS)",
+     "consumer_acquire(int s) { attn::bar_sync(full_bar(s), CONSUMER_THREADS)", "barrier count mismatch"),
     ("ch06-cp-async-tile", "(valid ? (long long)(kv0 + r) * D + col : 0);\n        attn::cp_async_16(attn::smem_u32((is_v ? v_dst : k_dst) + r * T::KV_LD + col), src, valid ? 16 : 0);",
      "(long long)(kv0 + r) * D + col;\n        attn::cp_async_16(attn::smem_u32((is_v ? v_dst : k_dst) + r * T::KV_LD + col), src, 16);",
      "global out of bounds"),
@@ -190,7 +196,7 @@ def test_cli_check_passes_a_solution_and_fails_a_skeleton_with_its_hint(capsys):
 
 @pytest.mark.parametrize("args, says", [
     (["check", "ch03-warp-reduc", "x.cu"], "did you mean 'ch03-warp-reduce'?"),
-    (["check", "ch03-warp-reduce", "no/such/file.cu"], "no file 'no/such/file.cu'"),
+    (["check", "ch03-warp-reduce", "no/such/file.cu"], "no file 'no/such/file.cu' in "),
     (["check"], "usage: python -m attnlab exercises check ID FILE"),
     (["check", "ch03-warp-reduce"], "usage: python -m attnlab exercises check ID FILE"),
     (["verify"], "invalid choice: 'verify'"),
@@ -200,6 +206,18 @@ def test_cli_usage_errors_are_one_line_and_exit_2(capsys, args, says):
     lines = [line for line in err.splitlines() if line.strip()]
     assert status == 2 and len(lines) == 1 and says in lines[0], err
     assert "Traceback" not in err and out == ""
+
+
+def test_cli_names_the_skeleton_from_the_directory_it_runs_in(capsys, monkeypatch):
+    """A chapter notebook runs in book/: a repository-root path is missing there, and the line says
+    where the skeleton is from book/, not the path that just failed."""
+    book = exercises_dir().parent / "book"
+    monkeypatch.chdir(book)
+    status, out, err = cli(capsys, "check", "ch01-online-softmax", "exercises/ch01-online-softmax.cu")
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert status == 2 and len(lines) == 1 and out == "", err
+    assert f"no file 'exercises/ch01-online-softmax.cu' in {book}" in lines[0], lines[0]
+    assert "the skeleton of ch01-online-softmax is ../exercises/ch01-online-softmax.cu" in lines[0], lines[0]
 
 
 def test_skeletons_live_where_the_registry_says(tmp_path):
@@ -226,3 +244,104 @@ def test_each_chapter_page_ends_with_its_registered_exercises():
         assert "".join(nb["cells"][-1]["source"]) == text, f"chapter {chapter}: the exercises close the page"
         for ex in REGISTRY:
             assert (f"`{ex.id}`" in text) == (ex.chapter == chapter)
+            if ex.chapter == chapter:  # the skeleton linked from book/, where JupyterLab resolves it
+                assert f"[`{ex.id}`](../exercises/{ex.id}.cu)" in text
+                assert (cells.page_path(chapter).parent / ".." / "exercises" / f"{ex.id}.cu").is_file()
+        headings = [line for cell in nb["cells"] if cell["cell_type"] == "markdown"
+                    for line in "".join(cell["source"]).splitlines() if line.strip() == "## Exercises"]
+        assert len(headings) == 1, f"chapter {chapter}: {len(headings)} '## Exercises' headings"
+        assert 'ex.start("' in text and 'ex.check("' in text, "the route from the notebook"
+
+
+# ---- from Python and a notebook: attnlab.exercises.start / check -------------------------------
+
+@pytest.fixture
+def my_dir(tmp_path, monkeypatch):
+    """The working copies in a temporary folder, not the repository's my-exercises/."""
+    from attnlab.exercises import workspace
+
+    folder = tmp_path / "my-exercises"
+    monkeypatch.setattr(workspace, "my_exercises_dir", lambda: folder)
+    return folder
+
+
+def test_import_is_light_and_names_check_and_start():
+    import subprocess
+    import sys
+
+    import attnlab.exercises as ex
+
+    assert callable(ex.check) and callable(ex.start)
+    code = "import sys, attnlab.exercises; print(sorted(m for m in sys.modules if m.startswith('attnlab.exercises.')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out
+
+
+def test_start_copies_the_skeleton_once_and_says_how_to_check(my_dir, capsys):
+    import attnlab.exercises as ex
+
+    ex.start("ch03-warp-reduce")
+    copy = my_dir / "ch03-warp-reduce.cu"
+    assert copy.read_text() == EXERCISES["ch03-warp-reduce"].skeleton.read_text()
+    out = capsys.readouterr().out
+    assert str(copy) in out and 'attnlab.exercises.check("ch03-warp-reduce")' in out
+    copy.write_text("// my work\n")
+    ex.start("ch03-warp-reduce")  # never overwrites the reader's work
+    assert copy.read_text() == "// my work\n"
+    assert "kept as you left it" in capsys.readouterr().out
+
+
+def test_the_repository_ignores_the_working_copies():
+    lines = (exercises_dir().parent / ".gitignore").read_text().splitlines()
+    assert "my-exercises/" in lines
+
+
+def test_start_links_the_copy_relative_to_the_notebook(my_dir, monkeypatch, capsys):
+    import IPython
+    import IPython.display
+
+    from attnlab.exercises import workspace
+
+    class ZMQInteractiveShell:  # what get_ipython() is in a Jupyter kernel
+        pass
+
+    shown = []
+    monkeypatch.setattr(IPython, "get_ipython", lambda: ZMQInteractiveShell())
+    monkeypatch.setattr(IPython.display, "display", lambda obj: shown.append(obj.data))
+    monkeypatch.chdir(my_dir.parent)
+    workspace.start("ch01-online-softmax")
+    assert shown == ["Open [ch01-online-softmax.cu](my-exercises/ch01-online-softmax.cu) in the editor."]
+
+
+def test_check_of_a_missing_file_is_one_line_that_names_the_skeleton(my_dir, monkeypatch):
+    import attnlab.exercises as ex
+
+    monkeypatch.chdir(exercises_dir().parent / "book")
+    v = ex.check("ch01-online-softmax", "exercises/ch01-online-softmax.cu")
+    assert not v.passed and "\n" not in str(v), str(v)
+    assert "no file 'exercises/ch01-online-softmax.cu'" in v.message
+    assert "is ../exercises/ch01-online-softmax.cu" in v.message
+    v = ex.check("ch01-online-softmax")  # no working copy yet
+    assert not v.passed and 'attnlab.exercises.start("ch01-online-softmax")' in v.message, v.message
+    with pytest.raises(KeyError, match="did you mean 'ch01-online-softmax'"):
+        ex.check("ch01-online-softmx")
+
+
+@needs_cxx
+def test_check_judges_the_working_copy_in_a_child_process(my_dir, monkeypatch, tmp_path):
+    import attnlab.exercises as ex
+
+    ex.start("ch07-wait-depth")
+    v = ex.check("ch07-wait-depth")
+    assert not v.passed and "cp.async read before wait" in v.message, v.message
+    assert str(v) == f"{v.line()}\nhint: {EXERCISES['ch07-wait-depth'].hint}"
+    (my_dir / "ch07-wait-depth.cu").write_text(EXERCISES["ch07-wait-depth"].solution.read_text())
+    v = ex.check("ch07-wait-depth")
+    assert v.passed and str(v) == v.line(), str(v)
+    # a relative path is the current directory's; a crash is a verdict, this process lives on
+    text = EXERCISES["ch03-warp-reduce"].solution.read_text()
+    old = "    for (int off = width / 2; off > 0; off >>= 1) v += __shfl_xor_sync(FULL_MASK, v, off);"
+    (tmp_path / "crash.cu").write_text(text.replace(old, "    volatile int zero = 0; v += 100 / zero;"))
+    monkeypatch.chdir(tmp_path)
+    v = ex.check("ch03-warp-reduce", "crash.cu")
+    assert not v.passed and "crashed the executor (SIGFPE" in v.message, v.message

@@ -34,26 +34,37 @@ def _md(text: str) -> str:
 def cell_text(chapter: int) -> str:
     mine = [e for e in REGISTRY if e.chapter == chapter]
     first = mine[0].id
-    rows = "\n".join(f"| `{e.id}` | {_md(e.title)} |" for e in mine)
+    # links relative to book/: JupyterLab opens the file in its editor, the built book offers it
+    rows = "\n".join(f"| [`{e.id}`](../exercises/{e.id}.cu) | {_md(e.title)} |" for e in mine)
     return f"""{MARKER}
 ## Exercises
 
 ::::{{dropdown}} {len(mine)} exercises on this chapter's kernel, solved on a laptop
-Each is a short CUDA C++ file in the repository's `exercises/` folder, one piece of this chapter's
-kernel with one marked gap (`// ---- TODO(exercise)`). Open it in JupyterLab, fill the gap, and let
-the CPU executor judge it: it runs your kernel at several shapes, checks it as it checks the book's
-kernels (the pass rule against the reference, races, bounds, barriers, bank conflicts) and answers
-in one line what is wrong, and where, with a hint.
+Each is a short CUDA C++ file, one piece of this chapter's kernel with one marked gap
+(`// ---- TODO(exercise)`). Fill the gap and let the CPU executor judge it: it runs your kernel at
+several shapes, checks it as it checks the book's kernels (the pass rule against the reference,
+races, bounds, barriers, bank conflicts) and answers in one line what is wrong, and where, with a
+hint. No GPU needed.
 
 | exercise | you write |
 |---|---|
 {rows}
 
-```bash
-cp exercises/{first}.cu my-{first}.cu   # the skeleton stays for a fresh start
-python -m attnlab exercises check {first} my-{first}.cu
+From this notebook, in a new code cell:
+
+```python
+import attnlab.exercises as ex
+ex.start("{first}")  # copies the skeleton to my-exercises/, with a link to open it
 ```
 
+Fill the gap in that copy, save it, and check it (as often as you like):
+
+```python
+ex.check("{first}")  # one line: passes, or what is wrong and where, with a hint
+```
+
+In a terminal, from the repository root:
+`python -m attnlab exercises check {first} my-exercises/{first}.cu`.
 `python -m attnlab exercises` lists every exercise; the solutions are in `exercises/solutions/`,
 and `exercises/README.md` says more.
 ::::

@@ -640,8 +640,11 @@ def cmd_exercises(args) -> int:
         raise UsageError("usage: python -m attnlab exercises check ID FILE (`python -m attnlab exercises` lists the ids)")
     if args.id not in EXERCISES:
         raise _unknown("exercise", args.id, EXERCISES, "`python -m attnlab exercises` lists them")
-    if not os.path.isfile(args.file):
-        raise UsageError(f"no file {args.file!r} (the skeleton is exercises/{args.id}.cu)")
+    from .exercises.workspace import missing_file_line
+
+    missing = missing_file_line(args.id, args.file)  # relative to the cwd, and where the skeleton is from it
+    if missing:
+        raise UsageError(missing)
     from .executor.build import compiler
 
     try:

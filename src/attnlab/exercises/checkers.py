@@ -32,11 +32,51 @@ CH01_CASES = [(Shape(1, 2, 20, 64), False, 0), (Shape(1, 2, 20, 64), True, 1), (
               (Shape(2, 1, 40, 64), False, 3), (Shape(1, 2, 1, 16), True, 4)]
 
 
+# Every row's largest scores in its first chunk of keys, the later ones about 100 lower: a running
+# max that follows the chunk's own max drops by 100 there, and exp(m - m_new) = e^100 overflows fp32.
+CH01_EARLY_MAX = (Shape(1, 2, 37, 64), False, 5)
+
+
+def _ch01_config(s):
+    return (_cdiv(s.L, 128), s.B * s.H), (128,), 0
+
+
+def _early_max_inputs(shape, seed: int):
+    """q about 2 everywhere; keys 0-7 about 4 (scores about +64 at D = 64), the rest about -2.5
+    (scores about -40), each with noise, so that the first chunk's softmax is not one-hot."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    B, H, L, D = shape
+
+    def draw(mean, std, rows):
+        return mean + std * torch.randn((B, H, rows, D), generator=gen)
+
+    q = draw(2.0, 0.1, L)
+    k = torch.cat([draw(4.0, 0.5, 8), draw(-2.5, 0.5, L - 8)], dim=2)
+    v = draw(0.5, 1.0, L)
+    return tuple(t.to(torch.float16) for t in (q, k, v))
+
+
 def ch01(path: Path) -> str:
+    import torch
+
+    from .harness import case_text, judge_attention
+
     lib = build(path, ["attn_ex01_scalar"])
-    n = attention_cases(lib, "attn_ex01_scalar", CH01_CASES,
-                        lambda s: ((_cdiv(s.L, 128), s.B * s.H), (128,), 0))
-    return _passes(n)
+    n = attention_cases(lib, "attn_ex01_scalar", CH01_CASES, _ch01_config)
+    shape, causal, seed = CH01_EARLY_MAX
+    case = case_text(shape, causal, seed) + ", the row's max in its first chunk, later scores ~100 lower"
+    out, report, q, k, v = run_attention(lib, "attn_ex01_scalar", shape, causal, seed, *_ch01_config(shape),
+                                         inputs=_early_max_inputs(shape, seed))
+    findings_fail(report, case)
+    if not torch.isfinite(out).all():
+        rows = int((~torch.isfinite(out)).any(dim=-1).sum())
+        raise Fail(f"{case}: {rows} of {shape.B * shape.H * shape.L} rows come out NaN/Inf: the running max must "
+                   "never decrease: a chunk whose scores are all below m leaves m as it is; a max that drops to "
+                   "that chunk's own makes the rescale exp(m - m_new) about e^100, past fp32's range")
+    judge_attention(out, q, k, v, causal, case)
+    return _passes(n + 1)
 
 
 # ---- chapter 2: block tiling ----------------------------------------------------------------------

@@ -97,8 +97,10 @@ def launch(lib, entry: str, grid, block, smem: int, args, seed: int = 0, banks: 
 
 # ---- saying what went wrong -----------------------------------------------------------------
 
-# When several kinds of finding come out of one launch, the one most likely to be the cause first.
-_ORDER = ("deadlock", "timeout", "barrier count mismatch", "barrier arrived twice", "divergent barrier",
+# When several kinds of finding come out of one launch, the one most likely to be the cause first:
+# a barrier used wrongly (a count that disagrees, a second arrival, a barrier only some threads of
+# a warp reach) before the deadlock it usually causes, which names only where every thread waits.
+_ORDER = ("barrier count mismatch", "barrier arrived twice", "divergent barrier", "deadlock", "timeout",
           "divergent warp collective", "warp collective mask", "shuffle width", "cp.async read before wait",
           "race", "global conflict between blocks", "global out of bounds", "shared out of bounds",
           "write through a pointer to const", "misaligned access", "uninitialized shared read")
@@ -196,14 +198,14 @@ def judge_attention(out, q, k, v, causal: bool, case: str) -> None:
 
 
 def run_attention(lib, entry: str, shape, causal: bool, seed: int, grid, block, smem: int, banks: bool = False,
-                  count: bool = False):
-    """The fused (q, k, v, o, L, D, scale, causal) launch at `shape`; o starts as NaN. Returns
-    (out, report, q, k, v)."""
+                  count: bool = False, inputs=None):
+    """The fused (q, k, v, o, L, D, scale, causal) launch at `shape`; o starts as NaN. `inputs`: q,
+    k, v (fp16 CPU tensors of `shape`) instead of the drawn ones. Returns (out, report, q, k, v)."""
     import math
 
     import torch
 
-    q, k, v = attention_inputs(shape, seed)
+    q, k, v = inputs if inputs is not None else attention_inputs(shape, seed)
     out = np.empty(tuple(shape), np.float16)
     args = [Buffer(q.numpy(), "Q"), Buffer(k.numpy(), "K"), Buffer(v.numpy(), "V"),
             Buffer(out, "O", out=True, fill=0xFF), shape[2], shape[3], 1.0 / math.sqrt(shape[3]), int(causal)]

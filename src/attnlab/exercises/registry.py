@@ -9,6 +9,7 @@ reader's file and answers in one line.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -53,6 +54,13 @@ class Verdict:
 
     def to_dict(self) -> dict:
         return {"exercise": self.exercise, "passed": self.passed, "message": self.message, "hint": self.hint}
+
+    def __str__(self) -> str:
+        """The line, and the hint on its own line when it fails (as `exercises check` prints them)."""
+        return self.line() + (f"\nhint: {self.hint}" if not self.passed and self.hint else "")
+
+    def _repr_pretty_(self, p, cycle) -> None:  # IPython and Jupyter show a verdict as its text
+        p.text(str(self))
 
 
 # One per gap, two or three per chapter, in the book's order.
@@ -143,7 +151,11 @@ def get(exercise_id: str) -> Exercise:
     try:
         return EXERCISES[exercise_id]
     except KeyError:
-        raise KeyError(f"unknown exercise {exercise_id!r}") from None
+        import difflib
+
+        close = difflib.get_close_matches(str(exercise_id), list(EXERCISES), n=1)
+        guess = f"; did you mean {close[0]!r}?" if close else " (`python -m attnlab exercises` lists them)"
+        raise KeyError(f"unknown exercise {exercise_id!r}{guess}") from None
 
 
 def check(exercise_id: str, path, isolate: bool = False, timeout: float = 300.0) -> Verdict:
@@ -163,12 +175,17 @@ def check(exercise_id: str, path, isolate: bool = False, timeout: float = 300.0)
 
 
 def _check_in_child(ex: Exercise, path: Path, timeout: float) -> Verdict:
-    cmd = [sys.executable, "-m", "attnlab.exercises", ex.id, str(path)]
+    cmd = [sys.executable, "-m", "attnlab.exercises", ex.id, str(Path(path).absolute())]
+    # the child imports this very attnlab, whatever put it on this process's path (a notebook's
+    # sys.path.insert, PYTHONPATH)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).absolute().parents[2]),
+                                                    env.get("PYTHONPATH", "")) if p)
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False, env=env)
     except subprocess.TimeoutExpired:
-        return Verdict(ex.id, False, f"no verdict after {timeout:.0f} s: an endless loop that never reaches a "
-                                     "barrier or a shuffle (where the executor could stop it)?", ex.hint)
+        return Verdict(ex.id, False, f"no verdict after {timeout:.0f} s: the checker did not finish (each launch "
+                                     "stops at 60 s: many slow launches?)", ex.hint)
     if proc.returncode < 0:
         import signal
 
@@ -183,6 +200,17 @@ def _check_in_child(ex: Exercise, path: Path, timeout: float) -> Verdict:
     try:
         data = json.loads(proc.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
-        err = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return Verdict(ex.id, False, f"the checker failed: {err}", ex.hint)
+        return Verdict(ex.id, False, f"the checker failed: {_exception_line(proc.stderr)}", ex.hint)
     return Verdict(data["exercise"], data["passed"], data["message"], data["hint"])
+
+
+def _exception_line(stderr: str) -> str:
+    """A child's traceback said in one line: its exception's first line (not the tail of a long
+    message, such as a compiler's log), or stderr's last line."""
+    lines = stderr.strip().splitlines() or ["no output"]
+    frames = [i for i, line in enumerate(lines) if line.startswith("  File ")]
+    if frames:
+        for line in lines[frames[-1] + 1:]:
+            if line and not line[0].isspace():
+                return line.strip()
+    return lines[-1].strip()
