@@ -353,6 +353,21 @@ def test_magic_cell_runs_and_keeps_the_result(capsys):
         "cell.cu: vadd<<<(4, 1, 1), (256, 1, 1)>>> on the CPU executor (schedule seed 0): clean"
 
 
+def test_magic_findings_number_lines_as_jupyterlab_does(capsys):
+    """The magic's own line is the cell's line 1: the kernel's lines are numbered from 2."""
+    cell = "__global__ void k(float* x) {\n    x[threadIdx.x + 1] = 1.f;\n}\n"
+    result = reader_commands.run_cell("--block 32 --args x", cell, {"x": np.zeros(32, np.float32)})
+    assert {f.where for f in result.findings} == {"cell.cu:3"}
+
+
+def test_a_torch_tensor_of_the_wrong_dtype_gets_torch_advice(no_launch):
+    import torch
+
+    with pytest.raises(ReaderError, match=r"convert it \(\.to\(torch\.float32\)\)"):
+        cpu.run(VADD, grid=1, block=32, args=(torch.zeros(32, dtype=torch.float16), np.zeros(32, np.float32),
+                                               np.zeros(32, np.float32), 32))
+
+
 def test_magic_registers_in_ipython(capsys):
     try:
         from IPython.core.error import UsageError

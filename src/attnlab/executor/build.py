@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -173,6 +174,10 @@ def runtime_objects(cxx: str) -> list[Path]:
                          .encode()).hexdigest()[:16]
     out_dir = cache_dir() / "cpu" / f"runtime-{key}"
     objects = [out_dir / (s.stem + ".o") for s in sources]
+    # A first run's pause, said at a terminal rather than left to look like a hang (never into a
+    # notebook's output, which nbval compares).
+    if not all(o.exists() for o in objects) and sys.stderr.isatty():
+        print("attnlab: building the CPU executor's runtime (once, some seconds)", file=sys.stderr, flush=True)
     for src, obj in zip(sources, objects):
         if obj.exists():
             continue

@@ -108,8 +108,9 @@ def _as_array(value, label: str, param: Param, copy_back: bool):
     allowed = POINTEE_DTYPES.get(param.pointee)
     if allowed and arr.dtype.name not in allowed:
         want = allowed[0]
+        how = f".to(torch.{want})" if is_torch(value) else f".astype(np.{want})"
         raise ReaderError(f"{label} is {_kind_of(value)}, but `{param.decl}` points to {param.pointee} ({want}): "
-                          f"convert it (.astype(np.{want}))")
+                          f"convert it ({how})")
     return arr
 
 

@@ -190,7 +190,9 @@ def run_cell(line: str, cell: str, namespace: dict) -> RunResult:
     """The %%cuda_cpu magic: run the cell's CUDA source with the line's configuration, print the
     summary and the first elements of each array, keep the result as `_cuda_cpu` in `namespace`."""
     options = parse_magic_line(line, namespace)
-    result = run(cell, **options)
+    # The cell's first line is the magic's: JupyterLab numbers the source from the line after it
+    # as 2, and so do the findings.
+    result = run("\n" + cell, **options)
     namespace["_cuda_cpu"] = result
     print(result.summary())
     if result.arrays:

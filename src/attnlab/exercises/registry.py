@@ -79,7 +79,9 @@ REGISTRY: tuple[Exercise, ...] = (
     Exercise("ch02-tile-barriers", 2, "the __syncthreads that make a reused shared tile safe",
              "Follow one element of k_s through two tiles: who writes it, who reads it, who overwrites it. "
              "Every hand-off between two threads needs a barrier between the two accesses; there are two "
-             "hand-offs per tile (read after write, write after read).",
+             "hand-offs per tile (read after write, write after read). A race report names the two lines "
+             "with no barrier between them; its label is the order this run happened to take, so go by the "
+             "lines.",
              checkers.ch02_barriers),
     Exercise("ch02-pad-q-tile", 2, "pad the transposed Q tile so its stores hit 32 banks",
              "Work out the bank of each lane's store: word (d * Q_STRIDE + r) / 2, bank word % 32. An element "

@@ -116,6 +116,17 @@ void block_current(WaitOn why, void* pc) {
     if (t.run == Run::Blocked) to_scheduler();
 }
 
+// What a launch stopped at its time limit says: where in the grid it was, so that a grid too large
+// for a CPU (blocks run one after another) reads differently from one block's endless loop.
+std::string timeout_text() {
+    if (g.interrupted) return "stopped by an interrupt (SIGINT)";
+    const unsigned long blocks = (unsigned long)g.grid.x * g.grid.y * g.grid.z;
+    std::string text = "the launch ran past its time limit in block " + std::to_string(g.block_linear + 1) + " of " +
+                       std::to_string(blocks);
+    return text + (g.block_linear > 0 ? " (a grid too large to run on a CPU in time, or an endless loop?)"
+                                      : " (an endless loop?)");
+}
+
 void abort_launch() {
     g.aborted = true;
     to_scheduler();
@@ -215,7 +226,7 @@ void run_block() {
     for (;;) {
         if (g.aborted) return;
         if (++steps % 4096 == 0 && g.deadline > 0 && now_seconds() > g.deadline) {
-            report("timeout", g.cur, nullptr, "the launch ran past its time limit (an endless loop?)");
+            report("timeout", g.cur, nullptr, timeout_text());
             g.aborted = true;
             return;
         }

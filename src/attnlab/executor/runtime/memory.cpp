@@ -405,7 +405,7 @@ inline bool access_as(Thread& t, const void* p, unsigned size, Mode mode, void* 
     const uintptr_t a = (uintptr_t)p;
     const bool write = mode != Mode::Read;
     if ((++g.accesses & 0xfffff) == 0 && g.deadline > 0 && now_seconds() > g.deadline) {
-        report("timeout", &t, pc, "the launch ran past its time limit (an endless loop?)");
+        report("timeout", &t, pc, timeout_text());
         abort_launch();
     }
     if (a - shared_lo < shared_span) {

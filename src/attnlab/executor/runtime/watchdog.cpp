@@ -41,8 +41,16 @@ __attribute__((noinline)) static void stuck_in_kernel() {
     abort_launch();
 }
 
+static long long accesses_at_last_tick = -1;
+
 static void on_tick(int, siginfo_t*, void* context) {
     if (!g.cur || g.aborted || g.deadline <= 0 || now_seconds() <= g.deadline) return;
+    // A launch still touching memory stops at memory.cpp's next check, which says where in the
+    // grid it was: only one that has touched none for a whole tick is stuck in such a loop.
+    if (g.accesses != accesses_at_last_tick && !g.interrupted) {
+        accesses_at_last_tick = g.accesses;
+        return;
+    }
     greg_t* r = static_cast<ucontext_t*>(context)->uc_mcontext.gregs;
     const uintptr_t sp = (uintptr_t)r[REG_RSP], ip = (uintptr_t)r[REG_RIP];
     const uintptr_t lo = (uintptr_t)g.stacks, hi = lo + STACK_BYTES * MAX_THREADS;
@@ -69,6 +77,7 @@ static void on_interrupt(int sig, siginfo_t* info, void* context) {
 
 void watchdog_arm() {
     g.interrupted = 0;
+    accesses_at_last_tick = -1;
     struct sigaction tick = {}, interrupt = {};
     tick.sa_sigaction = on_tick;
     tick.sa_flags = SA_SIGINFO | SA_RESTART;
