@@ -147,11 +147,23 @@ def test_the_wings_are_declared_in_an_order_each_imports_only_below():
 @pytest.mark.parametrize("wing", [w for w in attnlab.WINGS if w != "ground"], ids=lambda w: f"{w}_wing")
 def test_each_wing_says_what_it_is_for_and_what_it_must_not_import(wing):
     """The __init__ of a wing: what it is for, then one paragraph naming the wings it imports and,
-    after "never", every wing it must not import. It hands on no names."""
+    after "never", every wing it must not import. It hands on no names but a reader's own calls
+    (attnlab.exercises.check), each named in the docstring and in __all__ and importing its module
+    only when called: importing a wing imports nothing more."""
     path = SRC / wing / "__init__.py"
     tree = ast.parse(path.read_text())
     doc = ast.get_docstring(tree)
-    assert doc and len(tree.body) == 1, f"{path} holds its docstring alone"
+    assert doc, f"{path} says what the wing is for"
+    rest = tree.body[1:]
+    public = next((ast.literal_eval(n.value) for n in rest if isinstance(n, ast.Assign)
+                   and [t.id for t in n.targets if isinstance(t, ast.Name)] == ["__all__"]), [])
+    for node in rest:
+        if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+            continue
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["__all__"]:
+            continue
+        assert isinstance(node, ast.FunctionDef), f"{path} holds its docstring and a reader's calls alone"
+        assert node.name in public and f"{node.name}(" in doc, f"{path}: {node.name} is public and documented"
     rule = doc.split("\n\n")[-1]
     allowed, _, forbidden = rule.partition("never")
     assert forbidden, f"{wing}'s __init__ names what it must never import"
