@@ -179,14 +179,20 @@ def runtime_objects(cxx: str) -> list[Path]:
     if not all(o.exists() for o in objects) and sys.stderr.isatty():
         print("attnlab: building the CPU executor's runtime (once, some seconds)", file=sys.stderr, flush=True)
     for src, obj in zip(sources, objects):
-        if obj.exists():
-            continue
+        _compile_once(cxx, src, obj, (*COMMON_FLAGS, *RUNTIME_FLAGS, "-I", str(INCLUDE)),
+                      f"compiling the executor runtime ({src.name})")
+    return objects
+
+
+def _compile_once(cxx: str, src: Path, obj: Path, flags, what: str) -> Path:
+    """`src` compiled to `obj` unless `obj` is there: under a temporary name, then renamed, so that
+    a concurrent build never links half an object."""
+    if not obj.exists():
         obj.parent.mkdir(parents=True, exist_ok=True)
         tmp = obj.with_suffix(f".{os.getpid()}.tmp.o")
-        _run([cxx, *COMMON_FLAGS, *RUNTIME_FLAGS, "-I", str(INCLUDE), "-c", str(src), "-o", str(tmp)],
-             f"compiling the executor runtime ({src.name})")
+        _run([cxx, *flags, "-c", str(src), "-o", str(tmp)], what)
         os.replace(tmp, obj)
-    return objects
+    return obj
 
 
 # Two empty functions linked around the kernel's object (the linker keeps each file's code in the
@@ -202,16 +208,10 @@ def marker_objects(cxx: str) -> tuple[Path, Path]:
     out_dir = cache_dir() / "cpu" / f"markers-{key}"
     objects = []
     for name, text in _MARKERS.items():
-        obj = out_dir / f"kernel_text_{name}.o"
+        src, obj = out_dir / f"kernel_text_{name}.cpp", out_dir / f"kernel_text_{name}.o"
         if not obj.exists():
-            out_dir.mkdir(parents=True, exist_ok=True)
-            src = out_dir / f"kernel_text_{name}.{os.getpid()}.cpp"
-            src.write_text(text)
-            tmp = obj.with_suffix(f".{os.getpid()}.tmp.o")
-            _run([cxx, *COMMON_FLAGS, "-c", str(src), "-o", str(tmp)], f"compiling the executor's {name} marker")
-            os.replace(tmp, obj)
-            src.unlink()
-        objects.append(obj)
+            _atomic_write(src, text.encode())
+        objects.append(_compile_once(cxx, src, obj, COMMON_FLAGS, f"compiling the executor's {name} marker"))
     return objects[0], objects[1]
 
 

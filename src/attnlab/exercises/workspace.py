@@ -42,11 +42,17 @@ def shown(path: Path) -> str:
     return str(path) if rel.startswith(os.path.join("..", "..")) else rel
 
 
+def resolved(given) -> Path:
+    """A path the reader gave, absolute: relative ones are the current directory's."""
+    path = Path(given).expanduser()
+    return path if path.is_absolute() else Path.cwd() / path
+
+
 def missing_file_line(exercise_id: str, given) -> str | None:
     """None when `given` is a file; else the one line that says what is missing, where it was looked
     for, and where the skeleton is (from the current directory)."""
     path = Path(given).expanduser()
-    full = path if path.is_absolute() else Path.cwd() / path
+    full = resolved(given)
     if full.is_file():
         return None
     ex = get(exercise_id)
@@ -114,6 +120,4 @@ def check(exercise_id: str, path=None, timeout: float = 300.0) -> Verdict:
         compiler()  # no C++ compiler: say what to install, not a failed kernel
     except Exception as exc:  # noqa: BLE001  (ExecutorUnavailable)
         return Verdict(ex.id, False, f"cannot check: {exc}")
-    full = Path(path).expanduser()
-    full = full if full.is_absolute() else Path.cwd() / full
-    return judge(ex.id, full, isolate=True, timeout=timeout)
+    return judge(ex.id, resolved(path), isolate=True, timeout=timeout)

@@ -579,29 +579,23 @@ ATTN_TSAN_VISIBILITY void __tsan_write_range(void* p, unsigned long n) { range_a
 // instrumentation does not see. build.py links with --wrap for the three, so every call comes
 // here first; one made from the kernel's own code (between the markers build.py links around it)
 // is checked byte range by byte range, as the GPU's loop of loads and stores would be.
-extern "C" void attn_cpu_kernel_text_begin();
-extern "C" void attn_cpu_kernel_text_end();
 extern "C" void* __real_memcpy(void*, const void*, size_t);
 extern "C" void* __real_memmove(void*, const void*, size_t);
 extern "C" void* __real_memset(void*, int, size_t);
-static bool from_kernel(void* pc) {
-    return attn_cpu::g.cur && (uintptr_t)pc > (uintptr_t)&attn_cpu_kernel_text_begin &&
-           (uintptr_t)pc <= (uintptr_t)&attn_cpu_kernel_text_end;
+static bool from_kernel(void* pc) {  // pc: a return address, one past the call
+    return attn_cpu::g.cur && attn_cpu::in_kernel_code((uintptr_t)pc - 1);
+}
+static void check_copy(void* d, const void* s, size_t n, void* pc) {
+    if (!from_kernel(pc)) return;
+    range_access(s, n, false, pc);
+    range_access(d, n, true, pc);
 }
 ATTN_TSAN_VISIBILITY void* __wrap_memcpy(void* d, const void* s, size_t n) {
-    void* pc = ATTN_CALLER();
-    if (from_kernel(pc)) {
-        range_access(s, n, false, pc);
-        range_access(d, n, true, pc);
-    }
+    check_copy(d, s, n, ATTN_CALLER());
     return __real_memcpy(d, s, n);
 }
 ATTN_TSAN_VISIBILITY void* __wrap_memmove(void* d, const void* s, size_t n) {
-    void* pc = ATTN_CALLER();
-    if (from_kernel(pc)) {
-        range_access(s, n, false, pc);
-        range_access(d, n, true, pc);
-    }
+    check_copy(d, s, n, ATTN_CALLER());
     return __real_memmove(d, s, n);
 }
 ATTN_TSAN_VISIBILITY void* __wrap_memset(void* d, int v, size_t n) {

@@ -244,6 +244,9 @@ void run_block();
 void block_current(WaitOn why, void* pc);  // switch out until someone makes this thread Ready
 void make_ready(Thread& t);
 void abort_launch();
+// Whether an instruction address lies in the kernel's own code: between the two marker functions
+// build.py links around the kernel's object (watchdog.cpp, memory.cpp's memcpy).
+bool in_kernel_code(uintptr_t ip);
 std::string timeout_text();  // fiber.cpp: what a launch stopped at its limit says
 void activemask_poll(int warp);  // warp.cpp: a lane of `warp` blocked or exited
 void watchdog_arm();     // watchdog.cpp: around each launch

@@ -520,13 +520,8 @@ unsigned redux(unsigned mask, unsigned value, int op) {
 // from it.)
 unsigned activemask() {
     Thread& t = *g.cur;
-    Warp& w = g.warps[t.warp];
-    set_run(t, Run::Blocked);
-    t.wait = WaitOn::Active;
-    t.wait_pc = ATTN_CALLER();
-    w.at_activemask |= 1u << t.lane;
-    activemask_poll(t.warp);
-    if (t.run == Run::Blocked) block_current(WaitOn::Active, t.wait_pc);
+    g.warps[t.warp].at_activemask |= 1u << t.lane;
+    block_current(WaitOn::Active, ATTN_CALLER());  // polls: it returns at once if no other lane can run
     return t.coll.result;
 }
 

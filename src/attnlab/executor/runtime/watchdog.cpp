@@ -22,6 +22,12 @@ extern "C" void attn_cpu_kernel_text_begin();
 extern "C" void attn_cpu_kernel_text_end();
 
 namespace attn_cpu {
+bool in_kernel_code(uintptr_t ip) {
+    return ip >= (uintptr_t)&attn_cpu_kernel_text_begin && ip < (uintptr_t)&attn_cpu_kernel_text_end;
+}
+}  // namespace attn_cpu
+
+namespace attn_cpu {
 
 #if defined(__x86_64__) && defined(__linux__)
 #ifndef sigev_notify_thread_id
@@ -34,8 +40,7 @@ static struct sigaction before_interrupt;
 
 __attribute__((noinline)) static void stuck_in_kernel() {
     report("timeout", g.cur, __builtin_return_address(0),
-           g.interrupted ? std::string("stopped by an interrupt (SIGINT) in a loop that neither touches memory nor "
-                                       "meets another thread")
+           g.interrupted ? timeout_text()
                          : std::string("the launch ran past its time limit in a loop that neither touches memory nor "
                                        "meets another thread (an endless loop?)"));
     abort_launch();
@@ -55,7 +60,7 @@ static void on_tick(int, siginfo_t*, void* context) {
     const uintptr_t sp = (uintptr_t)r[REG_RSP], ip = (uintptr_t)r[REG_RIP];
     const uintptr_t lo = (uintptr_t)g.stacks, hi = lo + STACK_BYTES * MAX_THREADS;
     if (sp < lo || sp >= hi) return;  // the scheduler's stack: it checks the deadline itself
-    if (ip < (uintptr_t)&attn_cpu_kernel_text_begin || ip >= (uintptr_t)&attn_cpu_kernel_text_end) return;
+    if (!in_kernel_code(ip)) return;
     // A return address into the loop, in the interrupted code's red zone (it is never resumed), so
     // that nothing of the signal frame below is touched before sigreturn reads it; aligned as
     // after a call.
