@@ -42,19 +42,19 @@ def test_roundtrip_and_fresh(results):
     assert v.ok and [kid for _, kid, _ in v.fresh] == ["01_scalar"]
 
 
-def test_stale_kernel_hash_fails_verification(results):
+def test_stale_kernel_hash_awaits_a_gpu_and_fails_strict_verification(results):
     write_record(synthetic_record(older_source=True))
     v = verify()
-    assert not v.ok
-    assert any("measure it again" in p for p in v.problems)
-    assert "01_scalar" in v.missing
+    assert v.ok and not v.strict_ok and v.problems == []
+    assert any("01_scalar" in p and "measure it again" in p for p in v.stale)
+    assert "01_scalar" in v.missing and v.fresh == []
 
 
 def test_newer_fresh_record_supersedes_a_stale_one(results):
     write_record(synthetic_record(created="2026-01-01T00:00:00Z", older_source=True))
     write_record(synthetic_record(created="2026-02-01T00:00:00Z"))
     v = verify()
-    assert v.ok and v.superseded == 1
+    assert v.strict_ok and v.superseded == 1 and v.stale == []
 
 
 def test_unreadable_record_fails(results):

@@ -568,6 +568,8 @@ def cmd_verify(args) -> int:
     v = verify()
     for p in v.problems:
         print(f"FAIL {p}", file=sys.stderr)
+    for p in v.stale:
+        print(f"{'FAIL' if args.strict else 'stale'} {p}", file=sys.stderr if args.strict else sys.stdout)
     for gpu, kid, path in v.fresh:
         print(f"fresh   {kid:<14} {gpu}  ({path})")
     for kid in v.missing:
@@ -576,10 +578,10 @@ def cmd_verify(args) -> int:
         print(f"{v.superseded} older entries of changed kernels are superseded by newer records")
     for path in v.local:
         print(f"local   {path} (measured from uncommitted changes: kept for reading, never shown)")
-    status = "ok" if v.ok else "FAILED"
-    print(f"verify-results {status}: {len(v.fresh)} fresh (GPU, kernel) pairs, "
-          f"{len(v.missing)} kernels without a fresh record, {len(v.problems)} problems")
-    return 0 if v.ok else 1
+    ok = v.strict_ok if args.strict else v.ok
+    print(f"verify-results {'ok' if ok else 'FAILED'}: {len(v.fresh)} fresh (GPU, kernel) pairs, "
+          f"{len(v.missing)} kernels without a fresh record, {len(v.stale)} stale, {len(v.problems)} problems")
+    return 0 if ok else 1
 
 
 def cmd_prebuild(args) -> int:
@@ -817,7 +819,12 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--no-record", action="store_true")
     sp.add_argument("--child", metavar="KERNEL", help=argparse.SUPPRESS)
     sp.set_defaults(fn=cmd_profile)
-    sub.add_parser("verify-results", help="records well formed and fresh (no GPU needed)").set_defaults(fn=cmd_verify)
+    verify_p = sub.add_parser("verify-results", help="records well formed, bound and physical; which are fresh "
+                                                     "(no GPU needed)")
+    verify_p.add_argument("--strict", action="store_true",
+                          help="also fail where the freshest record of a kernel is stale (after a GPU session "
+                               "measured everything again)")
+    verify_p.set_defaults(fn=cmd_verify)
     sp = sub.add_parser("prebuild", help="build what travels to a GPU session (every kernel's cubin for its "
                                          "target, chapter 8's static reports) into attnlab's cache "
                                          "(ATTNLAB_CACHE), with this machine's nvcc (no GPU needed)")

@@ -13,8 +13,11 @@ Loading judges each record (`assess`):
 - *local*: measured from a tree with uncommitted changes: kept for reading, never shown.
 - otherwise each kernel is *fresh* or *stale*: stale, with the reasons, when its source, build,
   launch geometry, launcher or a harness module of the record's kind differs now.
-The freshest record of each (GPU, kind, kernel) follows commit order; it must be fresh, or
-`verify` fails and the kernel must be measured again. The book, the report and the scoreboard read
+The freshest record of each (GPU, kind, kernel) follows commit order. Where it is stale, the kernel
+(or its harness) changed since a GPU measured it: `verify` names it and why, and the kernel awaits a
+GPU run, as one never measured does; a kernel may change between the rare sessions that have a GPU.
+Only a refused record fails `verify` (and, with strict, a stale freshest record too: what a GPU
+session checks after measuring everything again). The book, the report and the scoreboard read
 fresh records only (`fresh_records`).
 """
 from __future__ import annotations
@@ -426,7 +429,8 @@ def fresh_bench_records(root: Path | None = None) -> list[dict]:
 
 @dataclass
 class Verification:
-    problems: list[str] = field(default_factory=list)     # refused, or stale where it is the freshest: fail
+    problems: list[str] = field(default_factory=list)     # refused: fail
+    stale: list[str] = field(default_factory=list)        # stale where it is the freshest: awaits a GPU run
     fresh: list[tuple[str, str, str]] = field(default_factory=list)  # (gpu, kernel, record)
     missing: list[str] = field(default_factory=list)      # registered kernels with no fresh record
     superseded: int = 0                                   # stale entries a newer fresh record replaces
@@ -435,6 +439,11 @@ class Verification:
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    @property
+    def strict_ok(self) -> bool:
+        """No refused record, and every freshest record fresh."""
+        return self.ok and not self.stale
 
 
 def verify(root: Path | None = None) -> Verification:
@@ -450,7 +459,7 @@ def verify(root: Path | None = None) -> Verification:
     for (gpu, kind, kid), item in sorted(latest.items()):
         why = item.stale[kid]
         if why:
-            out.problems.append(f"{item.path}: {kid} on {gpu} ({kind}) is stale: {'; '.join(why)}: measure it again")
+            out.stale.append(f"{item.path}: {kid} on {gpu} ({kind}) is stale: {'; '.join(why)}: measure it again")
         else:
             fresh[(gpu, kid)] = str(item.path)
     out.fresh = [(gpu, kid, path) for (gpu, kid), path in sorted(fresh.items())]

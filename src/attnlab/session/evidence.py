@@ -164,7 +164,9 @@ def main(archives: list[str], run_nbval: bool = True, allow_rehearsal: bool = Fa
     v = verify()
     for p in v.problems:
         print(f"FAIL {p}", file=sys.stderr)
-    print(f"verify-results {'ok' if v.ok else 'FAILED'}: {len(v.fresh)} fresh (GPU, kernel) pairs")
+    for p in v.stale:
+        print(f"stale {p}")
+    print(f"verify-results {'ok' if v.ok else 'FAILED'}: {len(v.fresh)} fresh (GPU, kernel) pairs, {len(v.stale)} stale")
     nb_status = nbval(imported.notebooks) if run_nbval and imported.notebooks else 0
     print(f"imported {len(imported.records)} records and {len(imported.notebooks)} notebooks; "
           f"{len(imported.refused)} refused")
