@@ -87,6 +87,17 @@ def test_prediction_of_the_last_chapter_names_its_bottleneck():
     assert h.kernel == "07_mma@sm_90" and h.time_us < p.time_us
 
 
+def test_a_large_launch_is_predicted_from_one_heads_counts_and_says_so():
+    small = bounds.predict("07_mma", MISSION, False, "H100 SXM")
+    assert small.heads_run is None
+    large = Shape(4, 16, 2048, 64)
+    p = bounds.predict("07_mma", large, False, "H100 SXM")
+    assert p.ctas > bounds.RUN_EVERY_CTA and p.heads_run == 1
+    tensor = next(b for b in p.bounds if b.resource == "tensor cores")
+    # every head's MMAs counted: the tensor-core bound holds the whole launch's FLOPs
+    assert tensor.time_us >= large.flops(False) / (by_key("H100 SXM").fp16_tflops * 1e12) * 1e6 * 0.999
+
+
 def test_hybrid_adds_its_gemms_and_their_launches():
     p = bounds.predict("04_cublas_hybrid", MISSION, False, "L4")
     assert [b.resource for b in p.extra] == ["GEMM S = Q K^T", "GEMM O = P V"]

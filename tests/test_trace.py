@@ -198,3 +198,29 @@ def test_a_share_of_a_two_launch_grid_is_refused():
     q, k, v = make_inputs(Shape(1, 1, 64, 64), 0, device="cpu")
     with pytest.raises(ValueError, match="more than one launch"):
         attention_cpu("07_mma_split_ctas", q, k, v, count=True, block_range=(0, 1))
+
+
+@pytest.mark.parametrize("kid,causal", [("07_mma", True), ("07_mma_two_row_blocks", False), ("03_warp_rows_4w", True)])
+def test_one_heads_counts_stand_for_every_heads_exactly(kid, causal):
+    """The large shapes' counts run the first head's CTAs and take every head's to be theirs: at a
+    shape small enough to run whole, the per-CTA counts, the sites and the distinct bytes agree
+    with every CTA's own run."""
+    from attnlab.executor.trace import one_head_grid, trace_one_head
+
+    shape = Shape(2, 3, 200, 64)
+    spec = registry.get(kid)
+    assert one_head_grid(spec, shape) is not None
+    whole = trace(kid, shape, causal, cache=False, jobs=2)
+    one = trace_one_head(kid, shape, causal, cache=False, jobs=2)
+    a, b = whole.launches[0], one.launches[0]
+    assert one.heads_run == 1 and whole.heads_run is None
+    assert (a.blocks == b.blocks).all() and a.distinct == b.distinct
+    assert sorted(a.sites, key=lambda s: (s.where, s.kind)) == sorted(b.sites, key=lambda s: (s.where, s.kind))
+    assert whole.totals() == one.totals()
+
+
+def test_one_head_is_refused_where_the_heads_are_not_grid_y():
+    from attnlab.executor.trace import trace_one_head
+
+    with pytest.raises(ValueError, match="grid y"):
+        trace_one_head("07_mma_split_ctas", Shape(1, 2, 64, 64))

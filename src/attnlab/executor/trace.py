@@ -59,6 +59,7 @@ class Trace:
     launches: list[LaunchCounts]
     completed: bool = True
     findings: list[str] = field(default_factory=list)
+    heads_run: int | None = None            # None: every CTA ran; else trace_one_head ran this many heads' CTAs
 
     def totals(self) -> dict[str, int]:
         """Every count of COUNTS, summed over the launches and their CTAs."""
@@ -272,6 +273,56 @@ def trace(kernel: str | KernelSpec, shape: Shape = MISSION, causal: bool = False
                                   trace_block=cta, time_limit=900.0, sms=sms)
         result = Trace(label, shape, bool(causal), cta, report.counts, report.completed,
                        [f.line(label) for f in report.findings])
+    if path is not None and result.completed:
+        _save(path, result)
+    return result
+
+
+def one_head_grid(spec: KernelSpec, shape: Shape, sms: int | None = None) -> int | None:
+    """The CTAs of one head where the launch at `shape` puts the heads on grid y, one launch and no
+    grid z (the x CTAs of head h are then blocks [h x, (h + 1) x) in linear order); else None."""
+    if spec.runner is not None:
+        return None
+    gx, gy, gz = spec.launch_config(shape, sms)["grid"]
+    return gx if (gy, gz) == (shape.B * shape.H, 1) else None
+
+
+def trace_one_head(kernel: str | KernelSpec, shape: Shape, causal: bool = False, *, arch: str | None = None,
+                   sms: int | None = None, seed: int = 0, cache: bool = True, jobs: int | None = None) -> Trace:
+    """The counts of the whole launch at `shape` with only the CTAs of its first head run, the rest
+    taken to be theirs: every head's CTAs run the same code on the same tile geometry, so each CTA of
+    head h counts what the same CTA of head 0 counted (per CTA, per site, and distinct bytes per head).
+    For the large shapes, whose every CTA would take the executor hours; `heads_run` says it is so.
+    The launch is the launcher's at the full shape (its grid and key split), so the counts are those
+    of that launch, not of a one-head shape's. Raises ValueError for a launch whose heads are not
+    grid y alone (one_head_grid)."""
+    from ..kernels.contract import AttentionInputError, shape_problem
+    from ..pass_rule import make_inputs
+    from .cpu import cpu_label
+
+    spec = registry.get(kernel, arch) if isinstance(kernel, str) else kernel
+    shape = Shape(*shape)
+    problem = shape_problem(spec, shape, causal)
+    if problem:
+        raise AttentionInputError(f"{spec.id}: {problem}")
+    gx = one_head_grid(spec, shape, sms)
+    if gx is None:
+        raise ValueError(f"{spec.id} at {shape.label()}: its launch does not put the heads on grid y alone")
+    path = _cache_file("one head " + _launch_args(spec, shape, causal, 0, seed, sms)) if cache else None
+    if path is not None and path.exists() and (found := _load(path)) is not None:
+        found.heads_run = 1
+        return found
+    q, k, v = make_inputs(shape, seed, device="cpu")
+    label = cpu_label(spec, arch)
+    completed, findings, head = _run_sharded(spec, label, shape, causal, 0, seed, sms, q, k, v,
+                                             min(jobs or trace_jobs(), gx), gx)
+    heads = shape.B * shape.H
+    counts = LaunchCounts(head.entry, head.grid, head.block,
+                          [SiteCount(s.where, s.kind, *(heads * x for x in (s.lanes, s.requests, s.bytes, s.units, s.ideal)))
+                           for s in head.sites],
+                          np.tile(head.blocks[:gx], (heads, 1)), [(heads * r, heads * w) for r, w in head.distinct],
+                          head.events, head.traced_block, head.truncated, head.buffers)
+    result = Trace(label, shape, bool(causal), 0, [counts], completed, findings, heads_run=1)
     if path is not None and result.completed:
         _save(path, result)
     return result

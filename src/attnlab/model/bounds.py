@@ -7,6 +7,8 @@ resource, the largest bound the prediction.
 What it takes as given (the page "The time model" states the same):
   - the counts: every CTA of the launch run on the CPU executor (attnlab.executor.trace) with the
     tiles and the launch geometry the launcher picks for that GPU (its SM count, its architecture);
+    past RUN_EVERY_CTA CTAs, the CTAs of the first head run and every head counts as it does
+    (trace_one_head: the heads run the same code; the prediction's heads_run says so);
   - the rates per SM and clock of each architecture (ARCH_RATES: the CUDA C++ Programming Guide's
     throughput table for fp32 FMA, MUFU exponentials, shuffles; 32 banks of 4 bytes of shared memory;
     dense fp16 tensor-core FLOPs with fp32 accumulation), and the clock that makes the datasheet's
@@ -36,7 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..executor.trace import Trace, ideal_counts, trace
+from ..executor.trace import Trace, ideal_counts, one_head_grid, trace, trace_one_head
 from . import issue as issue_model
 from ..gpus import SM_LIMITS, GpuSpec, by_key, occupancy
 from ..kernels import registry
@@ -55,6 +57,7 @@ FMA_LATENCY = 4              # cycles between dependent fp32 FMAs of one warp
 SCHEDULERS_PER_SM = 4
 LAUNCH_US = 3.0              # one kernel launch, as a CUDA-graph replay sees it
 PREDICTED_GPUS = ("L4", "H100 SXM")  # what the pages predict for: the reader's card and the lent one
+RUN_EVERY_CTA = 1024         # launches up to this many CTAs run whole on the executor; larger ones, one head
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,7 @@ class Prediction:
     ctas: int
     ctas_per_sm: int
     extra: list[Bound] = field(default_factory=list)  # added on top (chapter 4's GEMMs)
+    heads_run: int | None = None  # None: every CTA's counts ran; else the heads whose CTAs ran (trace_one_head)
 
     @property
     def top(self) -> Bound:
@@ -224,7 +228,7 @@ def predict(kernel: str, shape: Shape, causal: bool = False, gpu: str = "L4", t:
     spec_gpu = by_key(gpu)
     if spec_gpu.arch not in ARCH_RATES or spec_gpu.arch not in SM_LIMITS:
         raise KeyError(f"no rates for {spec_gpu.arch}; the model knows {', '.join(ARCH_RATES)}")
-    t = t or trace(kernel, shape, causal, arch=spec_gpu.arch, sms=spec_gpu.sms)
+    t = t or counted(kernel, shape, causal, spec_gpu)
     resident = ctas_per_sm(kernel, shape, spec_gpu)
     hybrid = registry.get(kernel).runner == "attnlab.gpu.hybrid:run_cublas_hybrid"
     bounds = bounds_of(t, spec_gpu, resident, dot_products=not hybrid, issue=warp_instructions(t, kernel, spec_gpu))
@@ -234,7 +238,17 @@ def predict(kernel: str, shape: Shape, causal: bool = False, gpu: str = "L4", t:
         extra = _gemm_bounds(shape, spec_gpu)
         launches += 2
     return Prediction(t.kernel, gpu, shape, causal, bounds, launches, sum(len(c.blocks) for c in t.launches),
-                      resident, extra)
+                      resident, extra, t.heads_run)
+
+
+def counted(kernel: str, shape: Shape, causal: bool, gpu: GpuSpec) -> Trace:
+    """The counts the model takes for `kernel` at `shape` on `gpu`: every CTA run, or past
+    RUN_EVERY_CTA CTAs (and where the heads are grid y alone) the first head's, every head counted alike."""
+    spec = registry.get(kernel, gpu.arch)
+    ctas = int(np.prod(spec.launch_config(shape, gpu.sms)["grid"]))
+    if ctas > RUN_EVERY_CTA and one_head_grid(spec, shape, gpu.sms) is not None:
+        return trace_one_head(kernel, shape, causal, arch=gpu.arch, sms=gpu.sms)
+    return trace(kernel, shape, causal, arch=gpu.arch, sms=gpu.sms)
 
 
 def gemm_operands(shape: Shape) -> list[tuple[str, str, int]]:
