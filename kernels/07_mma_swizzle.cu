@@ -175,18 +175,20 @@ __device__ __forceinline__ void load_tile(unsigned tile, const __half* head, int
 // PARTIAL: write this CTA's split of the keys to o_part and ml for attn_combine_07 (o unused);
 // otherwise o_part and ml are unused.
 template <int D, int BLOCK_N, int KV_SPLIT, bool SWIZZLE, int STAGES, bool ONE_BARRIER, bool LONGEST_FIRST,
-          bool PARTIAL>
+          int ROW_BLOCKS, bool PARTIAL>
 __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const __half* __restrict__ k,
                                             const __half* __restrict__ v, __half* __restrict__ o,
                                             float* __restrict__ o_part, float* __restrict__ ml,
                                             int L, float scale, int causal) {
-    constexpr int ROW_WARPS = WARPS / KV_SPLIT;  // warps per key group, 16 query rows each
-    constexpr int BLOCK_M = 16 * ROW_WARPS;      // query rows per CTA
+    constexpr int ROW_WARPS = WARPS / KV_SPLIT;  // warps per key group, 16 ROW_BLOCKS query rows each
+    constexpr int WARP_ROWS = 16 * ROW_BLOCKS;   // query rows per warp: ROW_BLOCKS m16 blocks share each K/V fragment
+    constexpr int BLOCK_M = WARP_ROWS * ROW_WARPS;  // query rows per CTA
     constexpr int SUB_N = BLOCK_N / KV_SPLIT;    // keys of each tile one group multiplies
     static_assert(WARPS % KV_SPLIT == 0, "whole warps per key group");
     static_assert(D % 16 == 0 && SUB_N % 16 == 0, "whole m16n8k16 steps");
     static_assert(STAGES >= 1 && (STAGES >= 2 || !ONE_BARRIER), "one stage needs the second barrier before its refill");
     static_assert(!PARTIAL || KV_SPLIT == 1, "one route to split the keys at a time");
+    static_assert(ROW_BLOCKS == 1 || ROW_BLOCKS == 2, "one or two 16-row blocks per warp");
     constexpr int ROW_BYTES = D * 2;
     constexpr int Q_BYTES = BLOCK_M * ROW_BYTES;
     constexpr int KV_BYTES = BLOCK_N * ROW_BYTES;
@@ -204,14 +206,14 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int g = lane >> 2, t = lane & 3;  // PTX's groupID and threadID_in_group
     const int group = warp / ROW_WARPS;     // which slice of every key tile this warp multiplies
-    const int row_warp = warp % ROW_WARPS;  // which 16 query rows (shared with the other groups)
+    const int row_warp = warp % ROW_WARPS;  // which WARP_ROWS query rows (shared with the other groups)
     const int key0 = group * SUB_N;         // the slice's first key within a tile
     int q_block = blockIdx.x;
     // Causal: the longest query tiles (the last rows, which see the most keys) run first, so that
     // the short ones fill the grid's tail instead of a long one starting last.
     if constexpr (LONGEST_FIRST) q_block = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     const int q0 = q_block * BLOCK_M;
-    const int warp_row0 = q0 + row_warp * 16;  // this warp's first query row
+    const int warp_row0 = q0 + row_warp * WARP_ROWS;  // this warp's first query row
     const long long head = attn::head_offset(blockIdx.y, L, D);
     q += head; k += head; v += head;
     if constexpr (!PARTIAL) o += head;  // (PARTIAL: o is null)
@@ -250,23 +252,34 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
         }
     }
 
-    unsigned q_frag[K_STEPS][4];  // A operands of Q for the whole loop
-    float o_acc[O_BLOCKS][4];     // C layout: [0],[1] row g, cols 2t, 2t+1; [2],[3] row g+8
+    // Per 16-row block mb of the warp's rows (rows warp_row0 + 16 mb + g and + g + 8):
+    unsigned q_frag[ROW_BLOCKS][K_STEPS][4];  // A operands of Q for the whole loop
+    float o_acc[ROW_BLOCKS][O_BLOCKS][4];     // C layout: [0],[1] row g, cols 2t, 2t+1; [2],[3] row g+8
+    float m_run[ROW_BLOCKS][2];               // running max of the raw scores of rows g, g+8
+    float l_run[ROW_BLOCKS][2];               // this lane's share of the running sums
 #pragma unroll
-    for (int nb = 0; nb < O_BLOCKS; ++nb)
+    for (int mb = 0; mb < ROW_BLOCKS; ++mb) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) o_acc[nb][e] = 0.f;
-    float m_run[2] = {ATTN_NEG_INF, ATTN_NEG_INF};  // running max of the raw scores of rows g, g+8
-    float l_run[2] = {0.f, 0.f};                    // this lane's share of the running sums
+        for (int nb = 0; nb < O_BLOCKS; ++nb)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) o_acc[mb][nb][e] = 0.f;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            m_run[mb][h] = ATTN_NEG_INF;
+            l_run[mb][h] = 0.f;
+        }
+    }
     // exp(scale * x) = exp2(scale_log2 * x): log2(e) folded into the scale, so each weight costs
     // one fma and one ex2. The max of scale * x is scale * max(x) only for scale >= 0, so a
     // negative scale flips the sign of Q instead (exact in fp16 and in the MMA's sums). The floor
     // keeps scale_log2 > 0 for scale = 0: -inf * scale_log2 stays -inf (a masked key), never NaN.
     const float scale_log2 = fmaxf(fabsf(scale) * LOG2E, SMALLEST_NORMAL);
     // The last key each of this lane's rows sees; a column past it is masked.
-    int key_limit[2];
+    int key_limit[ROW_BLOCKS][2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) key_limit[h] = causal ? min(L - 1, warp_row0 + g + 8 * h) : L - 1;
+    for (int mb = 0; mb < ROW_BLOCKS; ++mb)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) key_limit[mb][h] = causal ? min(L - 1, warp_row0 + 16 * mb + g + 8 * h) : L - 1;
 
     // Tile j lives in stage (j - tile0) % STAGES; the prefetch of tile j + STAGES - 1 refills the
     // stage of tile j - 1.
@@ -305,28 +318,33 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
 
         if (j == tile0) {
 #pragma unroll
-            for (int ks = 0; ks < K_STEPS; ++ks)
-                attn::ldsm_x4(q_frag[ks], q_tile + attn::tile_offset<ROW_BYTES, SWIZZLE>(
-                                                 row_warp * 16 + attn::ldsm_row(lane), 2 * ks + attn::ldsm_chunk(lane)));
-            if (scale < 0.f) {
+            for (int mb = 0; mb < ROW_BLOCKS; ++mb)
 #pragma unroll
-                for (int ks = 0; ks < K_STEPS; ++ks)
+                for (int ks = 0; ks < K_STEPS; ++ks) {
+                    attn::ldsm_x4(q_frag[mb][ks], q_tile + attn::tile_offset<ROW_BYTES, SWIZZLE>(
+                                                         row_warp * WARP_ROWS + 16 * mb + attn::ldsm_row(lane),
+                                                         2 * ks + attn::ldsm_chunk(lane)));
+                    if (scale < 0.f) {
 #pragma unroll
-                    for (int r = 0; r < 4; ++r) q_frag[ks][r] ^= 0x80008000u;  // -q, both halves
-            }
+                        for (int r = 0; r < 4; ++r) q_frag[mb][ks][r] ^= 0x80008000u;  // -q, both halves
+                    }
+                }
         }
 
         const int k0 = j * BLOCK_N + key0;  // this warp's first key of the tile
         // Causal: a slice whose first key is past this warp's last row adds nothing (p = 0,
         // correction 1); the warp skips it but still meets the barriers.
-        if (!causal || k0 <= warp_row0 + 15) {
+        if (!causal || k0 <= warp_row0 + WARP_ROWS - 1) {
             // S = Q K^T (raw dot products). B order: kf[0], kf[1] are b0, b1 of key block 2np
-            // (head-dim chunks 2ks, 2ks+1), kf[2], kf[3] those of key block 2np+1.
-            float s[S_BLOCKS][4];
+            // (head-dim chunks 2ks, 2ks+1), kf[2], kf[3] those of key block 2np+1. One K fragment
+            // feeds the MMAs of every row block of the warp.
+            float s[ROW_BLOCKS][S_BLOCKS][4];
 #pragma unroll
-            for (int nb = 0; nb < S_BLOCKS; ++nb)
+            for (int mb = 0; mb < ROW_BLOCKS; ++mb)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) s[nb][e] = 0.f;
+                for (int nb = 0; nb < S_BLOCKS; ++nb)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) s[mb][nb][e] = 0.f;
 #pragma unroll
             for (int np = 0; np < S_BLOCKS / 2; ++np)
 #pragma unroll
@@ -334,8 +352,11 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
                     unsigned kf[4];
                     attn::ldsm_x4(kf, k_tile(stage) + attn::tile_offset<ROW_BYTES, SWIZZLE>(
                                                     key0 + 16 * np + attn::ldsm_row_b(lane), 2 * ks + attn::ldsm_chunk_b(lane)));
-                    attn::mma_16816(s[2 * np], q_frag[ks], kf[0], kf[1]);
-                    attn::mma_16816(s[2 * np + 1], q_frag[ks], kf[2], kf[3]);
+#pragma unroll
+                    for (int mb = 0; mb < ROW_BLOCKS; ++mb) {
+                        attn::mma_16816(s[mb][2 * np], q_frag[mb][ks], kf[0], kf[1]);
+                        attn::mma_16816(s[mb][2 * np + 1], q_frag[mb][ks], kf[2], kf[3]);
+                    }
                 }
 
             // Mask keys past L and, causal, keys after the row. Only the last tile and the tiles
@@ -343,61 +364,74 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
             const bool need_mask = (k0 + SUB_N > L) || (causal && k0 + SUB_N - 1 > warp_row0);
             if (need_mask) {
 #pragma unroll
-                for (int nb = 0; nb < S_BLOCKS; ++nb)
+                for (int mb = 0; mb < ROW_BLOCKS; ++mb)
 #pragma unroll
-                    for (int e = 0; e < 4; ++e)
-                        if (k0 + nb * 8 + 2 * t + (e & 1) > key_limit[e >> 1]) s[nb][e] = ATTN_NEG_INF;
+                    for (int nb = 0; nb < S_BLOCKS; ++nb)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e)
+                            if (k0 + nb * 8 + 2 * t + (e & 1) > key_limit[mb][e >> 1]) s[mb][nb][e] = ATTN_NEG_INF;
             }
 
             // Online softmax per row (h = 0: row g, h = 1: row g+8). The 4 lanes of a quad hold
             // a row's scores; xor 1 and xor 2 stay inside the quad.
-            float neg_mc[2];  // -scale_log2 * (the max each row's weights are taken against)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                float mx = ATTN_NEG_INF;
+            for (int mb = 0; mb < ROW_BLOCKS; ++mb) {
+                float neg_mc[2];  // -scale_log2 * (the max each row's weights are taken against)
 #pragma unroll
-                for (int nb = 0; nb < S_BLOCKS; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * h], s[nb][2 * h + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                const float m_new = fmaxf(m_run[h], mx);
-                // A row with every key so far masked keeps m = -inf; taking weights against 0
-                // instead keeps exp2(-inf) = 0 rather than exp2(-inf + inf) = NaN.
-                const float m_use = (m_new == ATTN_NEG_INF) ? 0.f : m_new;
-                neg_mc[h] = -m_use * scale_log2;
-                const float corr = attn::exp2_approx((m_run[h] - m_use) * scale_log2);
-                m_run[h] = m_new;
-                l_run[h] *= corr;
+                for (int h = 0; h < 2; ++h) {
+                    float mx = ATTN_NEG_INF;
 #pragma unroll
-                for (int nb = 0; nb < O_BLOCKS; ++nb) {
-                    o_acc[nb][2 * h] *= corr;
-                    o_acc[nb][2 * h + 1] *= corr;
+                    for (int nb = 0; nb < S_BLOCKS; ++nb) mx = fmaxf(mx, fmaxf(s[mb][nb][2 * h], s[mb][nb][2 * h + 1]));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                    const float m_new = fmaxf(m_run[mb][h], mx);
+                    // A row with every key so far masked keeps m = -inf; taking weights against 0
+                    // instead keeps exp2(-inf) = 0 rather than exp2(-inf + inf) = NaN.
+                    const float m_use = (m_new == ATTN_NEG_INF) ? 0.f : m_new;
+                    neg_mc[h] = -m_use * scale_log2;
+                    const float corr = attn::exp2_approx((m_run[mb][h] - m_use) * scale_log2);
+                    m_run[mb][h] = m_new;
+                    l_run[mb][h] *= corr;
+#pragma unroll
+                    for (int nb = 0; nb < O_BLOCKS; ++nb) {
+                        o_acc[mb][nb][2 * h] *= corr;
+                        o_acc[mb][nb][2 * h + 1] *= corr;
+                    }
                 }
+#pragma unroll
+                for (int nb = 0; nb < S_BLOCKS; ++nb)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        s[mb][nb][e] = attn::exp2_approx(fmaf(s[mb][nb][e], scale_log2, neg_mc[e >> 1]));  // e^(scale (s - m))
+                        l_run[mb][e >> 1] += s[mb][nb][e];
+                    }
             }
-#pragma unroll
-            for (int nb = 0; nb < S_BLOCKS; ++nb)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    s[nb][e] = attn::exp2_approx(fmaf(s[nb][e], scale_log2, neg_mc[e >> 1]));  // e^(scale (s - m))
-                    l_run[e >> 1] += s[nb][e];
-                }
 
             // O += P V. The accumulators of key blocks 2kp, 2kp+1 are the A fragment of k-step kp:
             // a0 = (row g, keys 2t..), a1 = (row g+8, keys 2t..), a2/a3 the same 8 keys later.
             // vf[0], vf[1] are b0, b1 of head-dim block 2dp (keys 0-7, 8-15 of the step; .trans
-            // turns the row-major V tile into column fragments), vf[2], vf[3] those of 2dp+1.
+            // turns the row-major V tile into column fragments), vf[2], vf[3] those of 2dp+1. One
+            // V fragment feeds the MMAs of every row block.
 #pragma unroll
             for (int kp = 0; kp < P_STEPS; ++kp) {
-                const unsigned pa[4] = {pack_half2(s[2 * kp][0], s[2 * kp][1]),
-                                        pack_half2(s[2 * kp][2], s[2 * kp][3]),
-                                        pack_half2(s[2 * kp + 1][0], s[2 * kp + 1][1]),
-                                        pack_half2(s[2 * kp + 1][2], s[2 * kp + 1][3])};
+                unsigned pa[ROW_BLOCKS][4];
+#pragma unroll
+                for (int mb = 0; mb < ROW_BLOCKS; ++mb) {
+                    pa[mb][0] = pack_half2(s[mb][2 * kp][0], s[mb][2 * kp][1]);
+                    pa[mb][1] = pack_half2(s[mb][2 * kp][2], s[mb][2 * kp][3]);
+                    pa[mb][2] = pack_half2(s[mb][2 * kp + 1][0], s[mb][2 * kp + 1][1]);
+                    pa[mb][3] = pack_half2(s[mb][2 * kp + 1][2], s[mb][2 * kp + 1][3]);
+                }
 #pragma unroll
                 for (int dp = 0; dp < D / 16; ++dp) {
                     unsigned vf[4];
                     attn::ldsm_x4_trans(vf, v_tile(stage) + attn::tile_offset<ROW_BYTES, SWIZZLE>(
                                                           key0 + 16 * kp + attn::ldsm_row(lane), 2 * dp + attn::ldsm_chunk(lane)));
-                    attn::mma_16816(o_acc[2 * dp], pa, vf[0], vf[1]);
-                    attn::mma_16816(o_acc[2 * dp + 1], pa, vf[2], vf[3]);
+#pragma unroll
+                    for (int mb = 0; mb < ROW_BLOCKS; ++mb) {
+                        attn::mma_16816(o_acc[mb][2 * dp], pa[mb], vf[0], vf[1]);
+                        attn::mma_16816(o_acc[mb][2 * dp + 1], pa[mb], vf[2], vf[3]);
+                    }
                 }
             }
         }
@@ -413,21 +447,24 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
         // ROW_WARPS x 32 lanes x PART_WORDS floats after Q, fewer bytes than the stages with the
         // chapter's tiles; the launcher's shared memory covers the larger of the two
         // (chapters.ch07_mma.smem) for every configuration chapter 8 may build.
-        constexpr int PART_WORDS = O_BLOCKS * 4 + 4;  // O, then m and l of rows g, g+8
+        constexpr int PART_WORDS = O_BLOCKS * 4 + 4;  // per row block: O, then m and l of rows g, g+8
         float* part = reinterpret_cast<float*>(smem + Q_BYTES);
-        auto slot = [&](int grp, int word) -> float& {
-            return part[(((grp - 1) * ROW_WARPS + row_warp) * PART_WORDS + word) * 32 + lane];
+        auto slot = [&](int grp, int mb, int word) -> float& {
+            return part[((((grp - 1) * ROW_WARPS + row_warp) * ROW_BLOCKS + mb) * PART_WORDS + word) * 32 + lane];
         };
         __syncthreads();  // every warp is done with the last K/V tile: the stages are free
         if (group > 0) {
 #pragma unroll
-            for (int nb = 0; nb < O_BLOCKS; ++nb)
+            for (int mb = 0; mb < ROW_BLOCKS; ++mb) {
 #pragma unroll
-                for (int e = 0; e < 4; ++e) slot(group, nb * 4 + e) = o_acc[nb][e];
+                for (int nb = 0; nb < O_BLOCKS; ++nb)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                slot(group, O_BLOCKS * 4 + h) = m_run[h];
-                slot(group, O_BLOCKS * 4 + 2 + h) = l_run[h];
+                    for (int e = 0; e < 4; ++e) slot(group, mb, nb * 4 + e) = o_acc[mb][nb][e];
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    slot(group, mb, O_BLOCKS * 4 + h) = m_run[mb][h];
+                    slot(group, mb, O_BLOCKS * 4 + 2 + h) = l_run[mb][h];
+                }
             }
         }
         __syncthreads();  // the partials are written
@@ -435,39 +472,44 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
 #pragma unroll
         for (int other = 1; other < KV_SPLIT; ++other)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const float m_other = slot(other, O_BLOCKS * 4 + h);
-                const float m_new = fmaxf(m_run[h], m_other);
-                const float m_use = (m_new == ATTN_NEG_INF) ? 0.f : m_new;  // as in the loop
-                const float c_self = attn::exp2_approx((m_run[h] - m_use) * scale_log2);
-                const float c_other = attn::exp2_approx((m_other - m_use) * scale_log2);
-                m_run[h] = m_new;
-                l_run[h] = l_run[h] * c_self + slot(other, O_BLOCKS * 4 + 2 + h) * c_other;
+            for (int mb = 0; mb < ROW_BLOCKS; ++mb)
 #pragma unroll
-                for (int nb = 0; nb < O_BLOCKS; ++nb)
+                for (int h = 0; h < 2; ++h) {
+                    const float m_other = slot(other, mb, O_BLOCKS * 4 + h);
+                    const float m_new = fmaxf(m_run[mb][h], m_other);
+                    const float m_use = (m_new == ATTN_NEG_INF) ? 0.f : m_new;  // as in the loop
+                    const float c_self = attn::exp2_approx((m_run[mb][h] - m_use) * scale_log2);
+                    const float c_other = attn::exp2_approx((m_other - m_use) * scale_log2);
+                    m_run[mb][h] = m_new;
+                    l_run[mb][h] = l_run[mb][h] * c_self + slot(other, mb, O_BLOCKS * 4 + 2 + h) * c_other;
 #pragma unroll
-                    for (int e = 2 * h; e < 2 * h + 2; ++e)
-                        o_acc[nb][e] = o_acc[nb][e] * c_self + slot(other, nb * 4 + e) * c_other;
-            }
+                    for (int nb = 0; nb < O_BLOCKS; ++nb)
+#pragma unroll
+                        for (int e = 2 * h; e < 2 * h + 2; ++e)
+                            o_acc[mb][nb][e] = o_acc[mb][nb][e] * c_self + slot(other, mb, nb * 4 + e) * c_other;
+                }
     }
 
     if constexpr (PARTIAL) {
         // This split's rows for the combine: l summed over the quad, O unnormalized in fp32 (a
         // quad's 4 lanes write 32 contiguous bytes of a row per n-block), m and l by lane t = 0.
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const float l = quad_sum(l_run[h]);
-            const int row = warp_row0 + g + 8 * h;
-            if (row >= L) continue;
-            float* o_row = o_part + (part_row0 + row) * D;
+        for (int mb = 0; mb < ROW_BLOCKS; ++mb)
 #pragma unroll
-            for (int nb = 0; nb < O_BLOCKS; ++nb)
-                *reinterpret_cast<float2*>(o_row + nb * 8 + 2 * t) = make_float2(o_acc[nb][2 * h], o_acc[nb][2 * h + 1]);
-            if (t == 0) {
-                ml[(part_row0 + row) * 2] = m_run[h];
-                ml[(part_row0 + row) * 2 + 1] = l;
+            for (int h = 0; h < 2; ++h) {
+                const float l = quad_sum(l_run[mb][h]);
+                const int row = warp_row0 + 16 * mb + g + 8 * h;
+                if (row >= L) continue;
+                float* o_row = o_part + (part_row0 + row) * D;
+#pragma unroll
+                for (int nb = 0; nb < O_BLOCKS; ++nb)
+                    *reinterpret_cast<float2*>(o_row + nb * 8 + 2 * t) =
+                        make_float2(o_acc[mb][nb][2 * h], o_acc[mb][nb][2 * h + 1]);
+                if (t == 0) {
+                    ml[(part_row0 + row) * 2] = m_run[mb][h];
+                    ml[(part_row0 + row) * 2 + 1] = l;
+                }
             }
-        }
         return;
     }
 
@@ -476,30 +518,33 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
     // one barrier per tile nothing else orders the staging after every lane's ldmatrix of those
     // rows: ldmatrix is a warp collective, not a memory fence between lanes.
     __syncwarp();
-    float inv_l[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const float l = quad_sum(l_run[h]);
-        inv_l[h] = l > 0.f ? 1.f / l : 0.f;  // l >= 1 on every real row: its max contributes exp2(0)
-    }
-#pragma unroll
-    for (int nb = 0; nb < O_BLOCKS; ++nb)
+    for (int mb = 0; mb < ROW_BLOCKS; ++mb) {
+        float inv_l[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const int off = attn::tile_offset<ROW_BYTES, SWIZZLE>(row_warp * 16 + g + 8 * h, nb) + 4 * t;
-            *reinterpret_cast<unsigned*>(smem + off) =
-                pack_half2(o_acc[nb][2 * h] * inv_l[h], o_acc[nb][2 * h + 1] * inv_l[h]);
+            const float l = quad_sum(l_run[mb][h]);
+            inv_l[h] = l > 0.f ? 1.f / l : 0.f;  // l >= 1 on every real row: its max contributes exp2(0)
         }
+#pragma unroll
+        for (int nb = 0; nb < O_BLOCKS; ++nb)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int off = attn::tile_offset<ROW_BYTES, SWIZZLE>(row_warp * WARP_ROWS + 16 * mb + g + 8 * h, nb) + 4 * t;
+                *reinterpret_cast<unsigned*>(smem + off) =
+                    pack_half2(o_acc[mb][nb][2 * h] * inv_l[h], o_acc[mb][nb][2 * h + 1] * inv_l[h]);
+            }
+    }
     __syncwarp();
     constexpr int CHUNKS = D / 8;
 #pragma unroll
-    for (int i = 0; i < 16 * CHUNKS / 32; ++i) {
+    for (int i = 0; i < WARP_ROWS * CHUNKS / 32; ++i) {
         const int idx = i * 32 + lane;
         const int r = idx / CHUNKS, chunk = idx % CHUNKS;
         const int row = warp_row0 + r;
         if (row < L)
             *reinterpret_cast<uint4*>(o + static_cast<long long>(row) * D + chunk * 8) =
-                *reinterpret_cast<const uint4*>(smem + attn::tile_offset<ROW_BYTES, SWIZZLE>(row_warp * 16 + r, chunk));
+                *reinterpret_cast<const uint4*>(smem + attn::tile_offset<ROW_BYTES, SWIZZLE>(row_warp * WARP_ROWS + r, chunk));
     }
 }
 
@@ -511,12 +556,13 @@ __host__ __device__ constexpr bool split_fits() {
     return WARPS % KV_SPLIT == 0 && BLOCK_N % KV_SPLIT == 0 && (BLOCK_N / KV_SPLIT) % 16 == 0;
 }
 
-template <int D, int BLOCK_N, int KV_SPLIT, bool SWIZZLE, int STAGES, bool ONE_BARRIER, bool LONGEST_FIRST>
+template <int D, int BLOCK_N, int KV_SPLIT, bool SWIZZLE, int STAGES, bool ONE_BARRIER, bool LONGEST_FIRST,
+          int ROW_BLOCKS>
 __device__ __forceinline__ void run_07(const __half* q, const __half* k, const __half* v, __half* o, int L,
                                        float scale, int causal) {
     if constexpr (split_fits<BLOCK_N, KV_SPLIT>())
-        attn_fwd_07<D, BLOCK_N, KV_SPLIT, SWIZZLE, STAGES, ONE_BARRIER, LONGEST_FIRST, false>(q, k, v, o, nullptr,
-                                                                                             nullptr, L, scale, causal);
+        attn_fwd_07<D, BLOCK_N, KV_SPLIT, SWIZZLE, STAGES, ONE_BARRIER, LONGEST_FIRST, ROW_BLOCKS, false>(
+            q, k, v, o, nullptr, nullptr, L, scale, causal);
 }
 
 constexpr int COMBINE_THREADS = 128;  // attn_combine_07's block (the registry reads it)
@@ -525,31 +571,37 @@ constexpr int COMBINE_THREADS = 128;  // attn_combine_07's block (the registry r
 // One extern "C" entry per head dim and variant (template arguments: D, BLOCK_N, KV_SPLIT,
 // SWIZZLE, STAGES, ONE_BARRIER). The registry maps the runtime D, and for 07_mma the split it
 // picks, to the entry; the D argument is part of the common signature and fixed here.
-#define ATTN07_ENTRY(NAME, D, BLOCK_N, KV_SPLIT, SWIZZLE, STAGES, ONE_BARRIER, LONGEST_FIRST)                   \
+#define ATTN07_ENTRY(NAME, D, BLOCK_N, KV_SPLIT, SWIZZLE, STAGES, ONE_BARRIER, LONGEST_FIRST, ROW_BLOCKS)       \
     extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS_PER_SM)                                     \
     NAME(const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,             \
          __half* __restrict__ o, int L, int D_, float scale, int causal) {                                     \
-        run_07<D, BLOCK_N, KV_SPLIT, SWIZZLE, STAGES, ONE_BARRIER, LONGEST_FIRST>(q, k, v, o, L, scale, causal); \
+        run_07<D, BLOCK_N, KV_SPLIT, SWIZZLE, STAGES, ONE_BARRIER, LONGEST_FIRST, ROW_BLOCKS>(q, k, v, o, L, scale, \
+                                                                                             causal);          \
     }
 
-ATTN07_ENTRY(attn_fwd_07_mma_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true)
-ATTN07_ENTRY(attn_fwd_07_mma_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, true, true)
-ATTN07_ENTRY(attn_fwd_07_mma_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true)
-ATTN07_ENTRY(attn_fwd_07_mma_split2_d128, 128, BLOCK_N_D128, 2, true, STAGES_D128, true, true)
-ATTN07_ENTRY(attn_fwd_07_mma_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true)
+ATTN07_ENTRY(attn_fwd_07_mma_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true, 1)
+ATTN07_ENTRY(attn_fwd_07_mma_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, true, true, 1)
+ATTN07_ENTRY(attn_fwd_07_mma_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true, 1)
+ATTN07_ENTRY(attn_fwd_07_mma_split2_d128, 128, BLOCK_N_D128, 2, true, STAGES_D128, true, true, 1)
+ATTN07_ENTRY(attn_fwd_07_mma_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true, 1)
 // A 4-way split at D = 128 needs the 64-key tile (16 keys per group); with 32 it compiles to nothing.
-ATTN07_ENTRY(attn_fwd_07_mma_split4_d128, 128, BLOCK_N_D128, 4, true, STAGES_D128, true, true)
-ATTN07_ENTRY(attn_fwd_07_mma_two_barriers_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, false, true)
-ATTN07_ENTRY(attn_fwd_07_mma_two_barriers_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, false, true)
-ATTN07_ENTRY(attn_fwd_07_mma_noswizzle_d64, 64, BLOCK_N_D64, 1, false, STAGES_D64, true, true)
-ATTN07_ENTRY(attn_fwd_07_mma_noswizzle_d128, 128, BLOCK_N_D128, 1, false, STAGES_D128, true, true)
-ATTN07_ENTRY(attn_fwd_07_mma_single_buffer_d64, 64, BLOCK_N_D64, 1, true, 1, false, true)
-ATTN07_ENTRY(attn_fwd_07_mma_single_buffer_d128, 128, BLOCK_N_D128, 1, true, 1, false, true)
+ATTN07_ENTRY(attn_fwd_07_mma_split4_d128, 128, BLOCK_N_D128, 4, true, STAGES_D128, true, true, 1)
+ATTN07_ENTRY(attn_fwd_07_mma_two_barriers_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, false, true, 1)
+ATTN07_ENTRY(attn_fwd_07_mma_two_barriers_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, false, true, 1)
+ATTN07_ENTRY(attn_fwd_07_mma_noswizzle_d64, 64, BLOCK_N_D64, 1, false, STAGES_D64, true, true, 1)
+ATTN07_ENTRY(attn_fwd_07_mma_noswizzle_d128, 128, BLOCK_N_D128, 1, false, STAGES_D128, true, true, 1)
+ATTN07_ENTRY(attn_fwd_07_mma_single_buffer_d64, 64, BLOCK_N_D64, 1, true, 1, false, true, 1)
+ATTN07_ENTRY(attn_fwd_07_mma_single_buffer_d128, 128, BLOCK_N_D128, 1, true, 1, false, true, 1)
 // The chapter's first two steps: no swizzle, one stage, two barriers; then the longest tiles first.
-ATTN07_ENTRY(attn_fwd_07_mma_plain_d64, 64, BLOCK_N_D64, 1, false, 1, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_plain_d128, 128, BLOCK_N_D128, 1, false, 1, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_longest_first_d64, 64, BLOCK_N_D64, 1, false, 1, false, true)
-ATTN07_ENTRY(attn_fwd_07_mma_longest_first_d128, 128, BLOCK_N_D128, 1, false, 1, false, true)
+ATTN07_ENTRY(attn_fwd_07_mma_plain_d64, 64, BLOCK_N_D64, 1, false, 1, false, false, 1)
+ATTN07_ENTRY(attn_fwd_07_mma_plain_d128, 128, BLOCK_N_D128, 1, false, 1, false, false, 1)
+ATTN07_ENTRY(attn_fwd_07_mma_longest_first_d64, 64, BLOCK_N_D64, 1, false, 1, false, true, 1)
+ATTN07_ENTRY(attn_fwd_07_mma_longest_first_d128, 128, BLOCK_N_D128, 1, false, 1, false, true, 1)
+// Step 7.7: two 16-row blocks per warp at D = 64 (at D = 128 their accumulators would spill, and the
+// step runs the entries above), unsplit and split as 07_mma.
+ATTN07_ENTRY(attn_fwd_07_mma_two_row_blocks_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true, 2)
+ATTN07_ENTRY(attn_fwd_07_mma_two_row_blocks_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true, 2)
+ATTN07_ENTRY(attn_fwd_07_mma_two_row_blocks_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true, 2)
 
 // FlashAttention-2's split across CTAs (07_mma_split_ctas): the partial kernel (grid z = splits),
 // then the combine.
@@ -557,7 +609,7 @@ ATTN07_ENTRY(attn_fwd_07_mma_longest_first_d128, 128, BLOCK_N_D128, 1, false, 1,
     extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS_PER_SM)                                     \
     NAME(const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,             \
          float* __restrict__ o_part, float* __restrict__ ml, int L, int D_, float scale, int causal) {         \
-        attn_fwd_07<D, BLOCK_N, 1, true, STAGES, true, true, true>(q, k, v, nullptr, o_part, ml, L, scale, causal); \
+        attn_fwd_07<D, BLOCK_N, 1, true, STAGES, true, true, 1, true>(q, k, v, nullptr, o_part, ml, L, scale, causal); \
     }
 
 ATTN07_PARTIAL_ENTRY(attn_fwd_07_mma_partial_d64, 64, BLOCK_N_D64, STAGES_D64)

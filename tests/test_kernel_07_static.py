@@ -23,7 +23,7 @@ from attnlab.kernels.static import ARCHES, function_opcodes, main_path, parse_pt
 from attnlab.kernels.static import build as static_build
 
 IDS = ("07_mma", "07_mma_split2", "07_mma_split4", "07_mma_nosplit", "07_mma_two_barriers", "07_mma_noswizzle",
-       "07_mma_single_buffer", "07_mma_longest_first", "07_mma_plain")
+       "07_mma_single_buffer", "07_mma_longest_first", "07_mma_plain", "07_mma_two_row_blocks")
 SPEC = registry.KERNELS["07_mma"]  # the source's own tiles (the L4's)
 SRC = SPEC.path.read_text()
 MAX_REGS_PER_SM = 65536
@@ -51,15 +51,15 @@ def stages(spec) -> dict[int, int]:
     return {D: spec.config[f"ATTN07_STAGES_D{D}"] for D in (64, 128)}
 
 
-def _entries() -> dict[str, tuple[int, int, bool, int | None, bool]]:
-    """entry -> (D, key split, swizzle, stages (None: the build's STAGES_D<D>), one barrier), from
-    the ATTN07_ENTRY lines."""
+def _entries() -> dict[str, tuple[int, int, bool, int | None, bool, int]]:
+    """entry -> (D, key split, swizzle, stages (None: the build's STAGES_D<D>), one barrier, 16-row
+    blocks per warp), from the ATTN07_ENTRY lines."""
     assert re.search(r"extern \"C\" __global__ void __launch_bounds__\(THREADS, MIN_CTAS_PER_SM\)", SRC)
     found = re.findall(r"^ATTN07_ENTRY\((attn_fwd_07_\w+), (\d+), BLOCK_N_D\2, (\d+), (true|false), "
-                       r"(STAGES_D\2|1), (true|false), (?:true|false)\)$", SRC, re.M)
+                       r"(STAGES_D\2|1), (true|false), (?:true|false), ([12])\)$", SRC, re.M)
     assert len(found) == SRC.count("\nATTN07_ENTRY(")
-    return {name: (int(d), int(split), sw == "true", None if st.startswith("STAGES") else int(st), ob == "true")
-            for name, d, split, sw, st, ob in found}
+    return {name: (int(d), int(split), sw == "true", None if st.startswith("STAGES") else int(st), ob == "true", int(rb))
+            for name, d, split, sw, st, ob, rb in found}
 
 
 def entry_stages(entry: str, st: dict) -> int:
@@ -75,8 +75,8 @@ PARTIALS = {name: int(d) for name, d in re.findall(r"^ATTN07_PARTIAL_ENTRY\((att
 COMBINE = "attn_combine_07"
 
 
-def _smem(D: int, n_stages: int, split: int = 1, bn: dict | None = None) -> int:
-    return 2 * D * (BLOCK_M // split + n_stages * 2 * (bn or BLOCK_N)[D])
+def _smem(D: int, n_stages: int, split: int = 1, bn: dict | None = None, rb: int = 1) -> int:
+    return 2 * D * (BLOCK_M * rb // split + n_stages * 2 * (bn or BLOCK_N)[D])
 
 
 def _runs(entry: str, bn: dict) -> bool:
@@ -168,7 +168,7 @@ def _opcodes(lines: list[str]):
 
 
 def test_registry_names_every_entry_with_its_head_dim():
-    assert len(ENTRIES) == 16
+    assert len(ENTRIES) == 19
     named = {arch: set() for arch in ARCHES}
     for arch in ARCHES:
         for kid in IDS:
@@ -179,14 +179,18 @@ def test_registry_names_every_entry_with_its_head_dim():
                 for entry in spec.entries_at_head_dim(D):
                     assert ENTRIES[entry][0] == D and _runs(entry, block_n(spec))
                     named[arch].add(entry)
-            if kid not in ("07_mma", "07_mma_split2", "07_mma_split4"):
+            if kid not in ("07_mma", "07_mma_split2", "07_mma_split4", "07_mma_two_row_blocks"):
                 assert "ablation" in spec.summary and spec.variant_of == "07_mma"
     # every entry runs somewhere; the 4-way split at D = 128 only with 64-key tiles
     assert named["sm_90"] == named["sm_80"] == set(ENTRIES)
     assert named["sm_89"] == set(ENTRIES) - {"attn_fwd_07_mma_split4_d128"}
     # the kernel may run every split entry; each fixed-split variant runs only its own
     assert set(registry.get("07_mma").entries_at_head_dim(64)) == {e for e, v in ENTRIES.items()
-                                                                   if v[0] == 64 and v[2:] == (True, None, True)}
+                                                                   if v[0] == 64 and v[2:] == (True, None, True, 1)}
+    # step 7.7 takes two row blocks at D = 64 in every split, and 07_mma's entries at D = 128
+    step = registry.get("07_mma_two_row_blocks")
+    assert {ENTRIES[e][5] for e in step.entries_at_head_dim(64)} == {2}
+    assert set(step.entries_at_head_dim(128)) == set(registry.get("07_mma").entries_at_head_dim(128))
 
 
 @pytest.mark.parametrize("arch", ARCHES)
@@ -198,12 +202,12 @@ def test_registry_mirrors_the_kernel_constants(kid, arch):
         for L in (1, 17, 64, 65, 4096):
             shape = Shape(2, 3, L, D)
             cfg = spec.launch_config(shape)
-            split = ENTRIES[cfg["entry"]][1]
+            split, rb = ENTRIES[cfg["entry"]][1], ENTRIES[cfg["entry"]][5]
             assert cfg["kv_split"] == split and _runs(cfg["entry"], bn)
             assert spec.block(shape) == (THREADS, 1, 1)
-            assert spec.grid(shape) == (-(-L // (BLOCK_M // split)), 6, 1)
+            assert spec.grid(shape) == (-(-L // (BLOCK_M * rb // split)), 6, 1)
             n_stages = entry_stages(cfg["entry"], stages(spec))
-            assert spec.dynamic_smem(shape) == _smem(D, n_stages, split, bn) <= SM_LIMITS[arch].smem_per_block
+            assert spec.dynamic_smem(shape) == _smem(D, n_stages, split, bn, rb) <= SM_LIMITS[arch].smem_per_block
     assert registry.ch07_mma.WARPS == WARPS and registry.ch07_mma.BLOCK_N == BLOCK_N
     # the fixed split of 4 runs D = 128 only where the tile is 64 keys (16 per group)
     if kid == "07_mma_split4":
@@ -213,45 +217,47 @@ def test_registry_mirrors_the_kernel_constants(kid, arch):
 def test_resources_no_spill_smem_and_two_ctas_per_sm(build):
     arch, resources, _, bn, st = build
     assert set(resources) == set(ENTRIES) | set(PARTIALS) | {COMBINE}
-    for name, (D, split, *_rest) in ENTRIES.items():
+    for name, (D, split, *_rest, rb) in ENTRIES.items():
         if not _runs(name, bn):
             continue
         f = resources[name]
         assert not f.spills and f.stack_bytes == 0, f"{name} on {arch}: {f}"
-        smem = f.static_smem + _smem(D, entry_stages(name, st), split, bn)
+        smem = f.static_smem + _smem(D, entry_stages(name, st), split, bn, rb)
         assert smem <= SM_LIMITS[arch].smem_per_block
         assert occupancy(arch, THREADS, f.registers, smem).blocks_per_sm >= MIN_CTAS, f"{name} on {arch}"
         # the register file must hold MIN_CTAS_PER_SM CTAs (allocation: 8 registers per thread)
         assert MIN_CTAS * THREADS * (-(-f.registers // 8) * 8) <= MAX_REGS_PER_SM, f"{name}: {f.registers} regs"
         # and the bound the registry's choice of stages counts CTAs with holds
-        assert f.registers <= registry.ch07_mma.REGISTERS[D], f"{name} on {arch}: {f.registers} registers"
+        bound = registry.ch07_mma.REGISTERS[D] if rb == 1 else registry.ch07_mma.TWO_ROWS_REGISTERS
+        assert f.registers <= bound, f"{name} on {arch}: {f.registers} registers"
 
 
-def _expected(D: int, split: int, tiles: dict, n_stages: int) -> dict[str, int]:
+def _expected(D: int, split: int, tiles: dict, n_stages: int, rb: int = 1) -> dict[str, int]:
     """Per-thread instruction counts of one build, with the loop body compiled once. A warp
-    multiplies its group's slice of each tile: SUB_N = BLOCK_N / split keys. The prologue copies
+    multiplies its group's slice of each tile: SUB_N = BLOCK_N / split keys, for each of its rb
+    16-row blocks, from K and V fragments read once for all of them. The prologue copies
     n_stages - 1 tiles ahead."""
     bn, sub_n = tiles[D], tiles[D] // split
-    q_copies, kv_copies = BLOCK_M // split * D // 8 // THREADS, bn * D // 8 // THREADS
+    q_copies, kv_copies = BLOCK_M * rb // split * D // 8 // THREADS, bn * D // 8 // THREADS
     return {
-        "HMMA.16816.F32": (D // 16) * (sub_n // 8) + (sub_n // 16) * (D // 8),  # S = Q K^T, then O += P V
-        "LDSM.16.M88.4": D // 16 + (D // 16) * (sub_n // 16),                    # Q once, K per tile
-        "LDSM.16.MT88.4": (sub_n // 16) * (D // 16),                             # V, transposed
+        "HMMA.16816.F32": rb * ((D // 16) * (sub_n // 8) + (sub_n // 16) * (D // 8)),  # S = Q K^T, then O += P V
+        "LDSM.16.M88.4": rb * D // 16 + (D // 16) * (sub_n // 16),                    # Q once, K per tile
+        "LDSM.16.MT88.4": (sub_n // 16) * (D // 16),                                  # V, transposed
         "LDGSTS.E.BYPASS.128": q_copies + (n_stages - 1) * 2 * kv_copies + 2 * kv_copies,  # prologue; loop K, V
-        "SHFL.BFLY": 4 + 4,  # 2 rows x (xor 1, 2): the max in the loop, the sum once after it (below)
+        "SHFL.BFLY": rb * (4 + 4),  # 2 rows x (xor 1, 2): the max in the loop, the sum once after it (below)
         # p per score, 2 corrections; the merge: 2 rows x 2 factors per other group
-        "MUFU.EX2": (sub_n // 8) * 4 + 2 + 4 * (split - 1),
-        "STG.E.128": 16 * D // 8 // 32,                                          # 16-byte output stores
+        "MUFU.EX2": rb * ((sub_n // 8) * 4 + 2 + 4 * (split - 1)),
+        "STG.E.128": rb * 16 * D // 8 // 32,                                          # 16-byte output stores
     }
 
 
 def test_sass_has_the_promised_instruction_mix(build):
     arch, _, sass, bn, st = build
-    for name, (D, split, *_rest) in ENTRIES.items():
+    for name, (D, split, *_rest, rb) in ENTRIES.items():
         if not _runs(name, bn):
             continue
         ops = _opcodes(sass[name])
-        for op, n in _expected(D, split, bn, entry_stages(name, st)).items():
+        for op, n in _expected(D, split, bn, entry_stages(name, st), rb).items():
             assert ops[op] == n, f"{name} on {arch}: {op} x{ops[op]}, expected {n}"
         assert not any(op.startswith(("LDL", "STL")) for op in ops), f"{name}: local memory"
         assert not any(op.startswith("STG") and op != "STG.E.128" for op in ops), f"{name}: narrow stores"
@@ -272,12 +278,13 @@ def test_the_row_max_is_reduced_per_tile_and_the_row_sum_once(arch):
         sass, bn = static_build(spec, arch).sass, block_n(spec)
         names = [n for n in ENTRIES if _runs(n, bn)] if kid == "07_mma" else list(PARTIALS)
         for name in names:
-            D, split = (ENTRIES[name][:2] if name in ENTRIES else (PARTIALS[name], 1))
+            D, split, rb = ((*ENTRIES[name][:2], ENTRIES[name][5]) if name in ENTRIES else (PARTIALS[name], 1, 1))
             inside, outside = loop_split(sass, name)
-            assert (inside["SHFL.BFLY"], outside["SHFL.BFLY"]) == (4, 4), f"{name} on {arch}: {inside}, {outside}"
+            assert (inside["SHFL.BFLY"], outside["SHFL.BFLY"]) == (4 * rb, 4 * rb), f"{name} on {arch}: {inside}, {outside}"
             assert outside["HMMA.16816.F32"] == 0 and inside["HMMA.16816.F32"] > 0, f"{name} on {arch}"
             sub_n = bn[D] // split
-            assert (inside["MUFU.EX2"], outside["MUFU.EX2"]) == (sub_n // 2 + 2, 4 * (split - 1)), f"{name} on {arch}"
+            assert (inside["MUFU.EX2"], outside["MUFU.EX2"]) == (rb * (sub_n // 2 + 2), rb * 4 * (split - 1)), \
+                f"{name} on {arch}"
 
 
 def test_ablations_differ_only_as_intended(build):

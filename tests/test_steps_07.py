@@ -10,9 +10,12 @@ from attnlab.kernels import steps
 from attnlab.kernels.registry import KERNELS, STEPS_07
 
 
-def test_the_steps_climb_to_the_chapters_kernel():
+def test_the_steps_climb_to_the_chapters_kernel_and_past_it():
     assert [s.number for s in STEPS_07] == [f"7.{i}" for i in range(1, len(STEPS_07) + 1)]
-    assert STEPS_07[-1].kernel_id == "07_mma"
+    ids = [s.kernel_id for s in STEPS_07]
+    assert "07_mma" in ids
+    for kid in ids[ids.index("07_mma") + 1:]:  # the steps past the chapter's kernel are its variants
+        assert KERNELS[kid].variant_of == "07_mma"
     for s in STEPS_07:
         assert KERNELS[s.kernel_id].chapter == 7
     assert len({s.kernel_id for s in STEPS_07}) == len(STEPS_07)
@@ -27,9 +30,10 @@ def test_each_step_sets_exactly_one_switch_more_than_the_step_before(step):
 
 def test_the_first_step_has_every_technique_off_and_the_last_every_one_on():
     first, last = steps.step_switches(STEPS_07[0]), steps.step_switches(STEPS_07[-1])
-    assert first == {"SWIZZLE": False, "STAGES": 1, "ONE_BARRIER": False, "LONGEST_FIRST": False, "KV_SPLIT": 1}
+    assert first == {"SWIZZLE": False, "STAGES": 1, "ONE_BARRIER": False, "LONGEST_FIRST": False, "KV_SPLIT": 1,
+                     "ROW_BLOCKS": 1}
     assert last["SWIZZLE"] and last["STAGES"] >= 2 and last["ONE_BARRIER"] and last["LONGEST_FIRST"]
-    assert last["KV_SPLIT"] > 1
+    assert last["KV_SPLIT"] > 1 and last["ROW_BLOCKS"] == 2
 
 
 @pytest.mark.parametrize("step", STEPS_07[1:], ids=lambda s: s.number)
@@ -61,6 +65,7 @@ def test_the_code_changes_where_the_technique_lives():
     assert "cp_async_wait<0>" in steps.step_source("7.3") and "cp_async_wait<0>" not in steps.step_source("7.4")
     assert "cp_async_wait<STAGES - 2>" in steps.step_source("7.5")
     assert "slot(other" in steps.step_source("7.6") and "slot(other" not in steps.step_source("7.5")
+    assert "// ROW_BLOCKS = 2" in steps.step_source("7.7") and "// ROW_BLOCKS = 1" in steps.step_source("7.6")
 
 
 def test_specialize_takes_the_branch_the_switches_choose():
@@ -124,7 +129,8 @@ def test_the_climb_measured_holds_each_step_over_the_one_before():
     header, rows = climb.climb_measured_rows(climb.Timings(_timed(us)))
     assert len(rows) == len(STEPS_07) - 1 and len(header) == 1 + len(climb.TARGETS)
     assert rows[0][0] == "7.2 over 7.1" and rows[0][1] == f"{us['07_mma_longest_first'] / us['07_mma_plain']:.2f}x"
-    assert rows[-1][0] == "7.6 over 7.5" and rows[-1][1] == f"{(100 / 6) / (100 / 5):.2f}x"
+    n = len(STEPS_07)
+    assert rows[-1][0] == f"7.{n} over 7.{n - 1}" and rows[-1][1] == f"{(100 / n) / (100 / (n - 1)):.2f}x"
 
 
 def test_a_steps_page_shows_its_diff_and_its_code():

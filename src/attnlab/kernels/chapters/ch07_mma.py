@@ -30,13 +30,23 @@ MAX_STAGES = 3                # and the most stages it gives
 # build to it. Registers move between CUDA toolkits: a build over the bound fails that test, and
 # the bound moves with it.
 REGISTERS = {64: 160, 128: 232}
+# And of step 7.7's entries with two 16-row blocks per warp (D = 64 only): two CTAs of 128 threads
+# may hold 256 registers each, and ptxas takes nearly all of them.
+TWO_ROWS_REGISTERS = 248
 # KV_SPLIT > 1 entries of 07_mma: split -> head dims (attn_fwd_07_mma_split{s}_d{D}), from the
 # source's ATTN07_ENTRY lines. A split runs where its slice of the key tile is whole 16-key MMA
 # steps: 4 at D = 128 needs the 64-key tile.
-SPLIT_ENTRIES: dict[int, tuple[int, ...]] = {}
-for _args in macro_calls(SOURCE, "ATTN07_ENTRY").values():
-    if int(_args["KV_SPLIT"]) > 1:
-        SPLIT_ENTRIES[int(_args["KV_SPLIT"])] = SPLIT_ENTRIES.get(int(_args["KV_SPLIT"]), ()) + (int(_args["D"]),)
+def _split_entries(prefix: str) -> dict[int, tuple[int, ...]]:
+    """split -> head dims of the source's entries named {prefix}_split{s}_d{D}."""
+    out: dict[int, tuple[int, ...]] = {}
+    for name, args in macro_calls(SOURCE, "ATTN07_ENTRY").items():
+        s = int(args["KV_SPLIT"])
+        if s > 1 and name == f"{prefix}_split{s}_d{args['D']}":
+            out[s] = out.get(s, ()) + (int(args["D"]),)
+    return out
+
+
+SPLIT_ENTRIES = _split_entries("attn_fwd_07_mma")
 
 # The launcher's choice of key split. The rule is ours, in the form of FlashAttention-2's
 # num_splits_heuristic (csrc/flash_attn/flash_api.cpp): no split while the unsplit grid already
@@ -90,24 +100,26 @@ def _sms(sms: int | None) -> int:
     return sms
 
 
-def splits_at(config: dict, D: int) -> tuple[int, ...]:
-    """The key splits a build of `config` can run at head dim D: those with an entry whose
-    split_fits() holds (whole warps per group, whole 16-key MMA steps per slice)."""
+def splits_at(config: dict, D: int, split_entries: dict | None = None) -> tuple[int, ...]:
+    """The key splits a build of `config` can run at head dim D: those with an entry (in
+    `split_entries`, 07_mma's without) whose split_fits() holds (whole warps per group, whole
+    16-key MMA steps per slice)."""
     warps, bn = config["ATTN07_WARPS"], config.get(f"ATTN07_BLOCK_N_D{D}")
     if bn is None:
         return (1,)
-    return (1,) + tuple(s for s, dims in SPLIT_ENTRIES.items()
+    return (1,) + tuple(s for s, dims in (split_entries or SPLIT_ENTRIES).items()
                         if D in dims and warps % s == 0 and bn % s == 0 and (bn // s) % 16 == 0)
 
 
 def smem(D: int, stages: int, block_m: int = BLOCK_M, block_n: dict | None = None,
-                warps: int = WARPS) -> int:
+                warps: int = WARPS, row_blocks: int = 1) -> int:
     """Q tile + stages x (K tile + V tile), fp16: 40 KB (D=64) and 48 KB (D=128) double-buffered
     with the chapter's tiles and no split. With a key split the merge's partials reuse the stages:
-    (split - 1) x (warps per group) x 32 lanes x (D/2 + 4) fp32 words, the larger of the two."""
+    (split - 1) x (warps per group) x row_blocks x 32 lanes x (D/2 + 4) fp32 words, the larger of
+    the two (row_blocks: the 16-row blocks each warp takes)."""
     stages_bytes = stages * 2 * (block_n or BLOCK_N)[D] * 2 * D
-    split = warps * 16 // block_m
-    partials = (split - 1) * (warps // split) * 32 * (D // 2 + 4) * 4
+    split = warps * 16 * row_blocks // block_m
+    partials = (split - 1) * (warps // split) * row_blocks * 32 * (D // 2 + 4) * 4
     return 2 * D * block_m + max(stages_bytes, partials)
 
 
@@ -118,32 +130,44 @@ def _tiles(config: dict, stages: int | None = None) -> tuple[dict, dict]:
     return bn, {D: stages or config[f"ATTN07_STAGES_D{D}"] for D in (64, 128)}
 
 
-def geometry(config: dict, stages: int | None = None, split=None) -> dict:
+ONE_ROW_BLOCK = {64: 1, 128: 1}
+
+
+def geometry(config: dict, stages: int | None = None, split=None, row_blocks: dict = ONE_ROW_BLOCK,
+             split_entry=None) -> dict:
     """Block, grid and shared memory of a build of `config`, and its key split: `split` fixes it
     (and the head dims are those whose tile it can split); None lets the launcher choose per shape,
-    from the SM count of the GPU at hand."""
+    from the SM count of the GPU at hand. `row_blocks`: the 16-row query blocks each warp takes,
+    per head dim; `split_entry(s, D)`: the entry of split s at D (07_mma's without)."""
     warps = config["ATTN07_WARPS"]
     bn, st = _tiles(config, stages)
+    split_entry = split_entry or (lambda s, D: f"attn_fwd_07_mma_split{s}_d{D}")
+    split_entries: dict[int, tuple[int, ...]] = {}
+    for s, dims in SPLIT_ENTRIES.items():
+        split_entries[s] = tuple(D for D in dims if split_entry(s, D) is not None)
+
+    def rows(s: Shape, k: int) -> int:  # query rows per CTA at split k
+        return 16 * row_blocks[s.D] * warps // k
 
     def ctas(s: Shape, k: int) -> int:
-        return cdiv(s.L, 16 * warps // k) * s.B * s.H
+        return cdiv(s.L, rows(s, k)) * s.B * s.H
 
     def kv_split(s: Shape, sms: int | None = None) -> int:
         if split is not None:
             return split
-        return choose_kv_split(lambda k: ctas(s, k), splits_at(config, s.D), _sms(sms))
+        return choose_kv_split(lambda k: ctas(s, k), splits_at(config, s.D, split_entries), _sms(sms))
 
     def at_split(s: Shape, k: int) -> dict:
-        return {"grid": (cdiv(s.L, 16 * warps // k), s.B * s.H, 1),
-                "dynamic_smem": smem(s.D, st[s.D], 16 * warps // k, bn, warps)}
+        return {"grid": (cdiv(s.L, rows(s, k)), s.B * s.H, 1),
+                "dynamic_smem": smem(s.D, st[s.D], rows(s, k), bn, warps, row_blocks[s.D])}
 
     geometry = {"block": lambda s: (warps * 32, 1, 1),
                 "grid": lambda s: at_split(s, kv_split(s))["grid"],
                 "dynamic_smem": lambda s: at_split(s, kv_split(s))["dynamic_smem"],
                 "kv_split": kv_split, "at_split": at_split}
     if split is None:  # the entries of the splits this build's tiles can take, per head dim
-        geometry["entries_by_split"] = {s: {D: f"attn_fwd_07_mma_split{s}_d{D}" for D in dims if s in splits_at(config, D)}
-                                        for s, dims in SPLIT_ENTRIES.items()}
+        geometry["entries_by_split"] = {s: {D: split_entry(s, D) for D in dims if s in splits_at(config, D, split_entries)}
+                                        for s, dims in split_entries.items()}
     elif split > 1:
         geometry["head_dims"] = frozenset(D for D in SPLIT_ENTRIES[split] if split in splits_at(config, D))
     return geometry
@@ -323,6 +347,45 @@ for _kid, _suffix, _stages, _title, _summary in (
     ))
 
 
+# Step 7.7: each warp takes two 16-row query blocks (128-row CTAs at D = 64), and every K and V
+# fragment it reads from shared memory feeds both blocks' MMAs: half the ldmatrix bytes per FLOP.
+# The row blocks per head dim are the source's (its ATTN07_ENTRY lines); at D = 128 the two blocks'
+# accumulators would spill (255 registers), so that head dim runs 07_mma's own entries.
+TWO_ROWS = "attn_fwd_07_mma_two_row_blocks"
+_ENTRIES = macro_calls(SOURCE, "ATTN07_ENTRY")
+TWO_ROWS_ENTRY = {D: f"{TWO_ROWS}_d{D}" if f"{TWO_ROWS}_d{D}" in _ENTRIES else f"attn_fwd_07_mma_d{D}"
+                  for D in (64, 128)}
+TWO_ROWS_BLOCKS = {D: int(_ENTRIES[e]["ROW_BLOCKS"]) for D, e in TWO_ROWS_ENTRY.items()}
+_TWO_ROWS_SPLITS = _split_entries(TWO_ROWS)
+
+
+def _two_rows_split_entry(s: int, D: int) -> str | None:
+    """Step 7.7's entry of split s at D: its own where it takes two row blocks, 07_mma's otherwise."""
+    if TWO_ROWS_BLOCKS[D] == 1:
+        return f"attn_fwd_07_mma_split{s}_d{D}"
+    return f"{TWO_ROWS}_split{s}_d{D}" if D in _TWO_ROWS_SPLITS.get(s, ()) else None
+
+
+def two_rows_geometry(config: dict) -> dict:
+    """07_mma's geometry with TWO_ROWS_BLOCKS row blocks per warp (and its split entries)."""
+    return geometry(config, row_blocks=TWO_ROWS_BLOCKS, split_entry=_two_rows_split_entry)
+
+
+register(KernelSpec(
+    id="07_mma_two_row_blocks",
+    title="Swizzle + double buffer, two row blocks per warp",
+    entry=TWO_ROWS_ENTRY[64],
+    entries_by_head_dim=TWO_ROWS_ENTRY,
+    **two_rows_geometry(TUNING.defaults),
+    **COMMON,
+    tuning=variant_tuning(two_rows_geometry),
+    summary="07_mma with two 16-row query blocks per warp at D = 64 (128-row CTAs): each K and V fragment read "
+            "from shared memory feeds the MMAs of both",
+    conflict_free=("ldmatrix", "cp.async", "ld/st"),
+    variant_of="07_mma",
+))
+
+
 @dataclass(frozen=True)
 class Step:
     """One step of chapter 7's climb: the kernel that adds `technique` to the step before it."""
@@ -341,6 +404,7 @@ STEPS_07: tuple[Step, ...] = (
     Step("7.4", "07_mma_two_barriers", "cp.async copies ahead of their use", "ch07_4_pipeline"),
     Step("7.5", "07_mma_nosplit", "One barrier per key tile", "ch07_5_one_barrier"),
     Step("7.6", "07_mma", "The keys split to fill the GPU", "ch07_6_key_split"),
+    Step("7.7", "07_mma_two_row_blocks", "Two query row blocks per warp", "ch07_7_two_row_blocks"),
 )
 
 
