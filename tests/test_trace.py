@@ -200,7 +200,8 @@ def test_a_share_of_a_two_launch_grid_is_refused():
         attention_cpu("07_mma_split_ctas", q, k, v, count=True, block_range=(0, 1))
 
 
-@pytest.mark.parametrize("kid,causal", [("07_mma", True), ("07_mma_two_row_blocks", False), ("03_warp_rows_4w", True)])
+@pytest.mark.parametrize("kid,causal", [("07_mma", True), ("07_mma_two_row_blocks", False), ("03_warp_rows_4w", True),
+                                        ("07_mma_across_heads", True), ("07_mma_across_heads", False)])
 def test_one_heads_counts_stand_for_every_heads_exactly(kid, causal):
     """The large shapes' counts run the first head's CTAs and take every head's to be theirs: at a
     shape small enough to run whole, the per-CTA counts, the sites and the distinct bytes agree

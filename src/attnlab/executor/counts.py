@@ -100,7 +100,7 @@ def declare(lib) -> None:
         getattr(lib, fn).argtypes = [ctypes.c_void_p, ctypes.c_long]
     lib.attn_cpu_touched.restype = ctypes.c_long
     lib.attn_cpu_touched.argtypes = [ctypes.c_long, ctypes.c_void_p, ctypes.c_long]
-    lib.attn_cpu_set_block_range.argtypes = [ctypes.c_long, ctypes.c_long]
+    lib.attn_cpu_set_block_range.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_long]
 
 
 def _touched(lib, buffers: int) -> list[np.ndarray]:

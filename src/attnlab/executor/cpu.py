@@ -131,7 +131,7 @@ class _Buffers:
 def attention_cpu(kernel_id: str | KernelSpec, q, k, v, causal: bool = False, scale: float | None = None, *,
                   seed: int = 0, races: bool = True, banks: bool = False, time_limit: float = 300.0,
                   src_dir=None, count: bool = False, trace_block: int | None = None, sms: int | None = None,
-                  block_range: tuple[int, int] | None = None):
+                  block_range: tuple[int, ...] | None = None):
     """softmax(q k^T * scale [+ causal mask]) v by a registered kernel on the CPU executor.
 
     q, k, v: contiguous fp16 CPU tensors [B, H, L, D]. Returns (out, report): the output (NaN
@@ -141,8 +141,8 @@ def attention_cpu(kernel_id: str | KernelSpec, q, k, v, causal: bool = False, sc
     launch did (attnlab.executor.counts), with every event of block `trace_block` of each launch.
     `sms`: launch as the launcher would on a GPU of that many SMs (chapter 7's key split follows it;
     default: the GPU at hand's, the L4's 58 without one). `block_range`: run only those blocks of a
-    one-launch kernel's grid (a share of a counted launch: attnlab.executor.trace), the rest of the
-    output left NaN."""
+    one-launch kernel's grid, (lo, hi) or (lo, hi, step) (a share of a counted launch:
+    attnlab.executor.trace), the rest of the output left NaN."""
     import torch
 
     from ..kernels.contract import validate

@@ -168,12 +168,13 @@ class Library:
 
     def launch(self, entry: str, grid, block, shared_bytes: int, args, seed: int = 0, races: bool = True,
                banks: bool = False, preempt: bool = True, time_limit: float = 300.0, count: bool = False,
-               trace_block: int | None = None, block_range: tuple[int, int] | None = None,
+               trace_block: int | None = None, block_range: tuple[int, ...] | None = None,
                buffers=None) -> LaunchReport:
         """Run the grid. `count`: also count what it did, per instruction site and per block
         (attnlab.executor.counts), and record every event of block `trace_block` (its linear index;
-        None: no trace). `block_range`: run only the blocks [lo, hi) of the grid, and read back the
-        bytes each buffer had touched (a share of a counted launch; attnlab.executor.trace).
+        None: no trace). `block_range`: run only the blocks [lo, hi) of the grid, or (lo, hi, step) every
+        step-th of them, and read back the bytes each buffer had touched (a share of a counted launch;
+        attnlab.executor.trace).
         `buffers`: (name, itemsize, shape) per global buffer in allocation order, naming their bytes
         in findings (default: what `alloc` was told)."""
         sig = self.signature(entry)
@@ -196,12 +197,13 @@ class Library:
             (OPT_COUNT if count else 0)
         thunk = ctypes.cast(getattr(self._lib, f"attn_cpu_thunk_{entry}"), ctypes.c_void_p)
         self._lib.attn_cpu_set_trace_block(ctypes.c_long(-1 if trace_block is None else int(trace_block)))
-        self._lib.attn_cpu_set_block_range(*(block_range or (0, -1)))
+        lo, hi, step = (tuple(block_range) + (1,))[:3] if block_range is not None else (0, -1, 1)
+        self._lib.attn_cpu_set_block_range(lo, hi, step)
         try:
             rc = self._lib.attn_cpu_launch(thunk, argv, *grid, *block, int(shared_bytes), int(seed) & (2**64 - 1),
                                            options, float(time_limit))
         finally:
-            self._lib.attn_cpu_set_block_range(0, -1)
+            self._lib.attn_cpu_set_block_range(0, -1, 1)
         counts = [read_counts(self._lib, self.path, entry, grid, block, trace_block,
                               touched=block_range is not None)] if count else []
         names = [BufferInfo(*b) for b in buffers] if buffers is not None else list(self.buffers)

@@ -151,19 +151,20 @@ def _load(path) -> Trace | None:
                  meta["findings"])
 
 
-def _share(blocks: tuple[int, int]):
-    """One process's share of a counted launch: the blocks [lo, hi) of the grid (a child forked by
-    _run_sharded, which left it the kernel and its inputs in _SHARED_RUN)."""
+def _share(blocks: tuple[int, int, int]):
+    """One process's share of a counted launch: the blocks lo, lo + step, ... below hi of the grid (a
+    child forked by _run_sharded, which left it the kernel and its inputs in _SHARED_RUN)."""
     import torch
 
     from .cpu import attention_cpu
 
     torch.set_num_threads(1)  # a forked child: no thread pool of its own
     spec, label, shape, causal, cta, seed, sms, q, k, v = _SHARED_RUN
-    lo, hi = blocks
+    lo, hi, step = blocks
+    mine = cta is not None and lo <= cta < hi and (cta - lo) % step == 0
     _, report = attention_cpu(spec, q, k, v, causal, seed=seed, races=False, banks=True, count=True,
-                              trace_block=cta if cta is not None and lo <= cta < hi else None,
-                              time_limit=900.0, sms=sms, block_range=(lo, hi))
+                              trace_block=cta if mine else None, time_limit=900.0, sms=sms,
+                              block_range=(lo, hi, step))
     return report.completed, [f.line(label) for f in report.findings], report.counts[0]
 
 
@@ -205,16 +206,17 @@ def _merge_shares(shares: list[LaunchCounts]) -> LaunchCounts:
 
 
 def _run_sharded(spec: KernelSpec, label: str, shape: Shape, causal: bool, cta: int | None, seed: int,
-                 sms: int | None, q, k, v, jobs: int, n: int):
+                 sms: int | None, q, k, v, jobs: int, n: int, step: int = 1):
     """(completed, findings, LaunchCounts) of a one-launch kernel's counted run, its grid of `n`
-    blocks split among `jobs` forked processes: every block runs exactly once and counts the same
-    wherever it runs, so the merge is the whole launch's counts."""
+    blocks (or the n blocks 0, step, 2 step, ... of it) split among `jobs` forked processes: every
+    block runs exactly once and counts the same wherever it runs, so the merge is the counts of those
+    blocks."""
     import multiprocessing
     import warnings
 
     global _SHARED_RUN
     bounds = np.linspace(0, n, jobs + 1).round().astype(int)
-    requests = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    requests = [(int(a) * step, int(b) * step, step) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
     _SHARED_RUN = (spec, label, shape, causal, cta, seed, sms, q, k, v)
     try:
         with warnings.catch_warnings():  # fork in a threaded process (a notebook's kernel): the children only count
@@ -278,13 +280,17 @@ def trace(kernel: str | KernelSpec, shape: Shape = MISSION, causal: bool = False
     return result
 
 
-def one_head_grid(spec: KernelSpec, shape: Shape, sms: int | None = None) -> int | None:
-    """The CTAs of one head where the launch at `shape` puts the heads on grid y, one launch and no
-    grid z (the x CTAs of head h are then blocks [h x, (h + 1) x) in linear order); else None."""
+def one_head_grid(spec: KernelSpec, shape: Shape, sms: int | None = None, causal: bool = False) -> tuple[int, int] | None:
+    """(CTAs of one head, the stride between them in linear order) where the launch at `shape` puts
+    the (batch, head) pairs on grid y, one launch and no grid z: the x CTAs of pair h are blocks
+    [h x, (h + 1) x), stride 1; or, for a kernel whose causal grid interleaves the pairs
+    (causal_heads_first), blocks h, h + B H, h + 2 B H, ..., stride B H. Else None."""
     if spec.runner is not None:
         return None
     gx, gy, gz = spec.launch_config(shape, sms)["grid"]
-    return gx if (gy, gz) == (shape.B * shape.H, 1) else None
+    if (gy, gz) != (shape.B * shape.H, 1):
+        return None
+    return (gx, gy) if causal and spec.causal_heads_first else (gx, 1)
 
 
 def trace_one_head(kernel: str | KernelSpec, shape: Shape, causal: bool = False, *, arch: str | None = None,
@@ -305,9 +311,10 @@ def trace_one_head(kernel: str | KernelSpec, shape: Shape, causal: bool = False,
     problem = shape_problem(spec, shape, causal)
     if problem:
         raise AttentionInputError(f"{spec.id}: {problem}")
-    gx = one_head_grid(spec, shape, sms)
-    if gx is None:
+    found = one_head_grid(spec, shape, sms, causal)
+    if found is None:
         raise ValueError(f"{spec.id} at {shape.label()}: its launch does not put the heads on grid y alone")
+    gx, step = found
     path = _cache_file("one head " + _launch_args(spec, shape, causal, 0, seed, sms)) if cache else None
     if path is not None and path.exists() and (found := _load(path)) is not None:
         found.heads_run = 1
@@ -315,12 +322,14 @@ def trace_one_head(kernel: str | KernelSpec, shape: Shape, causal: bool = False,
     q, k, v = make_inputs(shape, seed, device="cpu")
     label = cpu_label(spec, arch)
     completed, findings, head = _run_sharded(spec, label, shape, causal, 0, seed, sms, q, k, v,
-                                             min(jobs or trace_jobs(), gx), gx)
+                                             min(jobs or trace_jobs(), gx), gx, step)
     heads = shape.B * shape.H
+    ran = head.blocks[0: gx * step: step]  # the first pair's CTAs, in launch order
+    blocks = np.tile(ran, (heads, 1)) if step == 1 else np.repeat(ran, heads, axis=0)
     counts = LaunchCounts(head.entry, head.grid, head.block,
                           [SiteCount(s.where, s.kind, *(heads * x for x in (s.lanes, s.requests, s.bytes, s.units, s.ideal)))
                            for s in head.sites],
-                          np.tile(head.blocks[:gx], (heads, 1)), [(heads * r, heads * w) for r, w in head.distinct],
+                          blocks, [(heads * r, heads * w) for r, w in head.distinct],
                           head.events, head.traced_block, head.truncated, head.buffers)
     result = Trace(label, shape, bool(causal), 0, [counts], completed, findings, heads_run=1)
     if path is not None and result.completed:

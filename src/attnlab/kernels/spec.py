@@ -124,6 +124,10 @@ class KernelSpec:
     # For those kernels, (shape, split) -> {"grid", "dynamic_smem"} at a given split: launch_config
     # takes the split once and derives the rest from it (one SM-count query per launch, not four).
     at_split: Callable[[Shape, int], dict] | None = field(default=None, hash=False, compare=False)
+    # With the causal mask, CTA i of the launch takes query tile i / (B H) of (batch, head) pair
+    # i % (B H), every pair's longest tile first (chapter 7's step 7.8); otherwise pair y takes the
+    # CTAs of grid row y. The executor's one-head counts follow it (attnlab.executor.trace).
+    causal_heads_first: bool = False
     # The architecture (sm_XY) whose tiles this build takes (for_arch); None: the source's own
     # constants, which are the L4's. `get` hands out every kernel built for the GPU at hand.
     arch: str | None = None

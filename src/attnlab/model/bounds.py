@@ -246,7 +246,7 @@ def counted(kernel: str, shape: Shape, causal: bool, gpu: GpuSpec) -> Trace:
     RUN_EVERY_CTA CTAs (and where the heads are grid y alone) the first head's, every head counted alike."""
     spec = registry.get(kernel, gpu.arch)
     ctas = int(np.prod(spec.launch_config(shape, gpu.sms)["grid"]))
-    if ctas > RUN_EVERY_CTA and one_head_grid(spec, shape, gpu.sms) is not None:
+    if ctas > RUN_EVERY_CTA and one_head_grid(spec, shape, gpu.sms, causal) is not None:
         return trace_one_head(kernel, shape, causal, arch=gpu.arch, sms=gpu.sms)
     return trace(kernel, shape, causal, arch=gpu.arch, sms=gpu.sms)
 

@@ -11,7 +11,7 @@ void set_kernel(void (*thunk)(void**), void** args);
 void* allocate_global(size_t bytes);
 void free_globals();
 static long trace_block = -1;
-static long range_lo = 0, range_hi = -1;  // the blocks (linear indices) a launch runs; hi < 0: all
+static long range_lo = 0, range_hi = -1, range_step = 1;  // the blocks a launch runs: lo, lo + step, ... < hi (hi < 0: all)
 std::string findings_text();
 
 static std::vector<uint32_t> clocks;  // MAX_THREADS x MAX_THREADS vector clocks, allocated once
@@ -27,11 +27,13 @@ ATTN_API int attn_cpu_abi_version() { return 1; }
 // The block (linear index) whose events the next counted launch (OPT_COUNT) records; -1: none.
 ATTN_API void attn_cpu_set_trace_block(long block) { trace_block = block; }
 
-// The blocks [lo, hi) (linear indices) the next launches run, the others skipped (hi < 0: every
-// block): a counted launch split across processes, each counting its share of the grid.
-ATTN_API void attn_cpu_set_block_range(long lo, long hi) {
+// The blocks lo, lo + step, ... below hi (linear indices) the next launches run, the others skipped
+// (hi < 0: every block from lo): a counted launch split across processes, each counting its share of
+// the grid, or the blocks of one head of a grid whose heads interleave (attnlab.executor.trace).
+ATTN_API void attn_cpu_set_block_range(long lo, long hi, long step) {
     range_lo = lo;
     range_hi = hi;
+    range_step = step > 0 ? step : 1;
 }
 
 ATTN_API void* attn_cpu_alloc(size_t bytes) { return allocate_global(bytes ? bytes : 1); }
@@ -86,7 +88,9 @@ ATTN_API int attn_cpu_launch(void (*thunk)(void**), void** args, unsigned gx, un
             for (unsigned x = 0; x < gx && !g.aborted; ++x) {
                 view.block_idx = uint3{x, y, z};
                 g.block_linear = x + gx * (y + gy * z);
-                if ((long)g.block_linear < range_lo || (range_hi >= 0 && (long)g.block_linear >= range_hi)) continue;
+                if ((long)g.block_linear < range_lo || (range_hi >= 0 && (long)g.block_linear >= range_hi) ||
+                    ((long)g.block_linear - range_lo) % range_step != 0)
+                    continue;
                 for (int i = 0; i < g.nthreads; ++i) {
                     std::fill(g.threads[i].vc, g.threads[i].vc + g.nthreads, 0u);
                     g.threads[i].vc[i] = 1;
