@@ -69,7 +69,7 @@
 // words written and read back, and a second launch.
 //
 // The chapter climbs to this kernel in steps, each adding one technique by one template switch
-// (registry ids in order; all KV_SPLIT = 1 but the last):
+// (registry ids in order; KV_SPLIT = 1 up to 7.5):
 //   7.1 07_mma_plain:          mma.sync, ldmatrix and P in registers; SWIZZLE = false, STAGES = 1
 //                              (the copy of tile j starts after tile j-1 is consumed: two barriers
 //                              per tile, necessarily), LONGEST_FIRST = false.
@@ -79,7 +79,12 @@
 //                              but the newest STAGES-1 groups, barrier, compute, barrier.
 //   7.5 07_mma_nosplit:        ONE_BARRIER = true.
 //   7.6 07_mma:                KV_SPLIT chosen per shape and GPU (07_mma_split_ctas: FA2's route).
-// 07_mma_noswizzle (SWIZZLE = false in the last kernel) is an ablation: every ldmatrix phase is an
+// and two past the chapter's kernel, for the large shapes:
+//   7.7 07_mma_two_row_blocks: ROW_BLOCKS = 2 at D = 64: each warp takes two 16-row blocks (128-row
+//                              CTAs), and every K and V fragment it reads feeds both blocks' MMAs.
+//   7.8 07_mma_across_heads:   ACROSS_HEADS = true: a causal grid's CTA i takes query tile i / (B H)
+//                              of pair i % (B H), so the longest tiles of every head start first.
+// 07_mma_noswizzle (SWIZZLE = false in 07_mma) is an ablation: every ldmatrix phase is an
 // 8-way bank conflict.
 //
 // Launch: block (32 WARPS,), grid (ceil(L / BLOCK_M), B*H), dynamic shared memory as above (the
@@ -175,7 +180,7 @@ __device__ __forceinline__ void load_tile(unsigned tile, const __half* head, int
 // PARTIAL: write this CTA's split of the keys to o_part and ml for attn_combine_07 (o unused);
 // otherwise o_part and ml are unused.
 template <int D, int BLOCK_N, int KV_SPLIT, bool SWIZZLE, int STAGES, bool ONE_BARRIER, bool LONGEST_FIRST,
-          int ROW_BLOCKS, bool PARTIAL>
+          int ROW_BLOCKS, bool ACROSS_HEADS, bool PARTIAL>
 __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const __half* __restrict__ k,
                                             const __half* __restrict__ v, __half* __restrict__ o,
                                             float* __restrict__ o_part, float* __restrict__ ml,
@@ -208,13 +213,23 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
     const int group = warp / ROW_WARPS;     // which slice of every key tile this warp multiplies
     const int row_warp = warp % ROW_WARPS;  // which WARP_ROWS query rows (shared with the other groups)
     const int key0 = group * SUB_N;         // the slice's first key within a tile
-    int q_block = blockIdx.x;
+    int q_block = blockIdx.x, bh = blockIdx.y;  // the query tile, and the (batch, head) pair
+    if constexpr (ACROSS_HEADS) {
+        // Causal: CTAs start in linear order (x fastest), and CTA i takes query tile i / (B H) of
+        // pair i % (B H): every head's first tile starts before any head's second, so the longest
+        // tiles of the whole grid go first, not only each head's.
+        if (causal) {
+            const int linear = blockIdx.y * gridDim.x + blockIdx.x;
+            q_block = linear / gridDim.y;
+            bh = linear % gridDim.y;
+        }
+    }
     // Causal: the longest query tiles (the last rows, which see the most keys) run first, so that
     // the short ones fill the grid's tail instead of a long one starting last.
-    if constexpr (LONGEST_FIRST) q_block = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    if constexpr (LONGEST_FIRST) q_block = causal ? gridDim.x - 1 - q_block : q_block;
     const int q0 = q_block * BLOCK_M;
     const int warp_row0 = q0 + row_warp * WARP_ROWS;  // this warp's first query row
-    const long long head = attn::head_offset(blockIdx.y, L, D);
+    const long long head = attn::head_offset(bh, L, D);
     q += head; k += head; v += head;
     if constexpr (!PARTIAL) o += head;  // (PARTIAL: o is null)
 
@@ -222,7 +237,7 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
     const int kv_end = causal ? min(L, q0 + BLOCK_M) : L;
     int tile0 = 0, tile1 = attn::ceil_div(kv_end, BLOCK_N);  // the key tiles [tile0, tile1) this CTA walks
     // This CTA's rows in the combine's scratch: [split][B*H][L] rows of D (o_part) and 2 (ml) floats.
-    const long long part_row0 = (static_cast<long long>(blockIdx.z) * gridDim.y + blockIdx.y) * L;
+    const long long part_row0 = (static_cast<long long>(blockIdx.z) * gridDim.y + bh) * L;
     if constexpr (PARTIAL) {
         const int per_split = attn::ceil_div(attn::ceil_div(L, BLOCK_N), gridDim.z);
         tile0 = blockIdx.z * per_split;
@@ -557,12 +572,12 @@ __host__ __device__ constexpr bool split_fits() {
 }
 
 template <int D, int BLOCK_N, int KV_SPLIT, bool SWIZZLE, int STAGES, bool ONE_BARRIER, bool LONGEST_FIRST,
-          int ROW_BLOCKS>
+          int ROW_BLOCKS, bool ACROSS_HEADS>
 __device__ __forceinline__ void run_07(const __half* q, const __half* k, const __half* v, __half* o, int L,
                                        float scale, int causal) {
     if constexpr (split_fits<BLOCK_N, KV_SPLIT>())
-        attn_fwd_07<D, BLOCK_N, KV_SPLIT, SWIZZLE, STAGES, ONE_BARRIER, LONGEST_FIRST, ROW_BLOCKS, false>(
-            q, k, v, o, nullptr, nullptr, L, scale, causal);
+        attn_fwd_07<D, BLOCK_N, KV_SPLIT, SWIZZLE, STAGES, ONE_BARRIER, LONGEST_FIRST, ROW_BLOCKS, ACROSS_HEADS,
+                    false>(q, k, v, o, nullptr, nullptr, L, scale, causal);
 }
 
 constexpr int COMBINE_THREADS = 128;  // attn_combine_07's block (the registry reads it)
@@ -571,37 +586,45 @@ constexpr int COMBINE_THREADS = 128;  // attn_combine_07's block (the registry r
 // One extern "C" entry per head dim and variant (template arguments: D, BLOCK_N, KV_SPLIT,
 // SWIZZLE, STAGES, ONE_BARRIER). The registry maps the runtime D, and for 07_mma the split it
 // picks, to the entry; the D argument is part of the common signature and fixed here.
-#define ATTN07_ENTRY(NAME, D, BLOCK_N, KV_SPLIT, SWIZZLE, STAGES, ONE_BARRIER, LONGEST_FIRST, ROW_BLOCKS)       \
+#define ATTN07_ENTRY(NAME, D, BLOCK_N, KV_SPLIT, SWIZZLE, STAGES, ONE_BARRIER, LONGEST_FIRST, ROW_BLOCKS,       \
+                     ACROSS_HEADS)                                                                             \
     extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS_PER_SM)                                     \
     NAME(const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,             \
          __half* __restrict__ o, int L, int D_, float scale, int causal) {                                     \
-        run_07<D, BLOCK_N, KV_SPLIT, SWIZZLE, STAGES, ONE_BARRIER, LONGEST_FIRST, ROW_BLOCKS>(q, k, v, o, L, scale, \
-                                                                                             causal);          \
+        run_07<D, BLOCK_N, KV_SPLIT, SWIZZLE, STAGES, ONE_BARRIER, LONGEST_FIRST, ROW_BLOCKS, ACROSS_HEADS>(     \
+            q, k, v, o, L, scale, causal);                                                                     \
     }
 
-ATTN07_ENTRY(attn_fwd_07_mma_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true, 1)
-ATTN07_ENTRY(attn_fwd_07_mma_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, true, true, 1)
-ATTN07_ENTRY(attn_fwd_07_mma_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true, 1)
-ATTN07_ENTRY(attn_fwd_07_mma_split2_d128, 128, BLOCK_N_D128, 2, true, STAGES_D128, true, true, 1)
-ATTN07_ENTRY(attn_fwd_07_mma_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true, 1)
+ATTN07_ENTRY(attn_fwd_07_mma_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true, 1, false)
+ATTN07_ENTRY(attn_fwd_07_mma_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, true, true, 1, false)
+ATTN07_ENTRY(attn_fwd_07_mma_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true, 1, false)
+ATTN07_ENTRY(attn_fwd_07_mma_split2_d128, 128, BLOCK_N_D128, 2, true, STAGES_D128, true, true, 1, false)
+ATTN07_ENTRY(attn_fwd_07_mma_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true, 1, false)
 // A 4-way split at D = 128 needs the 64-key tile (16 keys per group); with 32 it compiles to nothing.
-ATTN07_ENTRY(attn_fwd_07_mma_split4_d128, 128, BLOCK_N_D128, 4, true, STAGES_D128, true, true, 1)
-ATTN07_ENTRY(attn_fwd_07_mma_two_barriers_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, false, true, 1)
-ATTN07_ENTRY(attn_fwd_07_mma_two_barriers_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, false, true, 1)
-ATTN07_ENTRY(attn_fwd_07_mma_noswizzle_d64, 64, BLOCK_N_D64, 1, false, STAGES_D64, true, true, 1)
-ATTN07_ENTRY(attn_fwd_07_mma_noswizzle_d128, 128, BLOCK_N_D128, 1, false, STAGES_D128, true, true, 1)
-ATTN07_ENTRY(attn_fwd_07_mma_single_buffer_d64, 64, BLOCK_N_D64, 1, true, 1, false, true, 1)
-ATTN07_ENTRY(attn_fwd_07_mma_single_buffer_d128, 128, BLOCK_N_D128, 1, true, 1, false, true, 1)
+ATTN07_ENTRY(attn_fwd_07_mma_split4_d128, 128, BLOCK_N_D128, 4, true, STAGES_D128, true, true, 1, false)
+ATTN07_ENTRY(attn_fwd_07_mma_two_barriers_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, false, true, 1, false)
+ATTN07_ENTRY(attn_fwd_07_mma_two_barriers_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, false, true, 1, false)
+ATTN07_ENTRY(attn_fwd_07_mma_noswizzle_d64, 64, BLOCK_N_D64, 1, false, STAGES_D64, true, true, 1, false)
+ATTN07_ENTRY(attn_fwd_07_mma_noswizzle_d128, 128, BLOCK_N_D128, 1, false, STAGES_D128, true, true, 1, false)
+ATTN07_ENTRY(attn_fwd_07_mma_single_buffer_d64, 64, BLOCK_N_D64, 1, true, 1, false, true, 1, false)
+ATTN07_ENTRY(attn_fwd_07_mma_single_buffer_d128, 128, BLOCK_N_D128, 1, true, 1, false, true, 1, false)
 // The chapter's first two steps: no swizzle, one stage, two barriers; then the longest tiles first.
-ATTN07_ENTRY(attn_fwd_07_mma_plain_d64, 64, BLOCK_N_D64, 1, false, 1, false, false, 1)
-ATTN07_ENTRY(attn_fwd_07_mma_plain_d128, 128, BLOCK_N_D128, 1, false, 1, false, false, 1)
-ATTN07_ENTRY(attn_fwd_07_mma_longest_first_d64, 64, BLOCK_N_D64, 1, false, 1, false, true, 1)
-ATTN07_ENTRY(attn_fwd_07_mma_longest_first_d128, 128, BLOCK_N_D128, 1, false, 1, false, true, 1)
+ATTN07_ENTRY(attn_fwd_07_mma_plain_d64, 64, BLOCK_N_D64, 1, false, 1, false, false, 1, false)
+ATTN07_ENTRY(attn_fwd_07_mma_plain_d128, 128, BLOCK_N_D128, 1, false, 1, false, false, 1, false)
+ATTN07_ENTRY(attn_fwd_07_mma_longest_first_d64, 64, BLOCK_N_D64, 1, false, 1, false, true, 1, false)
+ATTN07_ENTRY(attn_fwd_07_mma_longest_first_d128, 128, BLOCK_N_D128, 1, false, 1, false, true, 1, false)
 // Step 7.7: two 16-row blocks per warp at D = 64 (at D = 128 their accumulators would spill, and the
 // step runs the entries above), unsplit and split as 07_mma.
-ATTN07_ENTRY(attn_fwd_07_mma_two_row_blocks_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true, 2)
-ATTN07_ENTRY(attn_fwd_07_mma_two_row_blocks_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true, 2)
-ATTN07_ENTRY(attn_fwd_07_mma_two_row_blocks_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true, 2)
+ATTN07_ENTRY(attn_fwd_07_mma_two_row_blocks_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true, 2, false)
+ATTN07_ENTRY(attn_fwd_07_mma_two_row_blocks_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true, 2, false)
+ATTN07_ENTRY(attn_fwd_07_mma_two_row_blocks_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true, 2, false)
+// Step 7.8: step 7.7 with a causal grid's longest query tiles first across the heads.
+ATTN07_ENTRY(attn_fwd_07_mma_across_heads_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true, 2, true)
+ATTN07_ENTRY(attn_fwd_07_mma_across_heads_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, true, true, 1, true)
+ATTN07_ENTRY(attn_fwd_07_mma_across_heads_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true, 2, true)
+ATTN07_ENTRY(attn_fwd_07_mma_across_heads_split2_d128, 128, BLOCK_N_D128, 2, true, STAGES_D128, true, true, 1, true)
+ATTN07_ENTRY(attn_fwd_07_mma_across_heads_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true, 2, true)
+ATTN07_ENTRY(attn_fwd_07_mma_across_heads_split4_d128, 128, BLOCK_N_D128, 4, true, STAGES_D128, true, true, 1, true)
 
 // FlashAttention-2's split across CTAs (07_mma_split_ctas): the partial kernel (grid z = splits),
 // then the combine.
@@ -609,7 +632,8 @@ ATTN07_ENTRY(attn_fwd_07_mma_two_row_blocks_split4_d64, 64, BLOCK_N_D64, 4, true
     extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS_PER_SM)                                     \
     NAME(const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,             \
          float* __restrict__ o_part, float* __restrict__ ml, int L, int D_, float scale, int causal) {         \
-        attn_fwd_07<D, BLOCK_N, 1, true, STAGES, true, true, 1, true>(q, k, v, nullptr, o_part, ml, L, scale, causal); \
+        attn_fwd_07<D, BLOCK_N, 1, true, STAGES, true, true, 1, false, true>(q, k, v, nullptr, o_part, ml, L, scale,   \
+                                                                             causal);                          \
     }
 
 ATTN07_PARTIAL_ENTRY(attn_fwd_07_mma_partial_d64, 64, BLOCK_N_D64, STAGES_D64)

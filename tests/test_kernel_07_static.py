@@ -23,7 +23,7 @@ from attnlab.kernels.static import ARCHES, function_opcodes, main_path, parse_pt
 from attnlab.kernels.static import build as static_build
 
 IDS = ("07_mma", "07_mma_split2", "07_mma_split4", "07_mma_nosplit", "07_mma_two_barriers", "07_mma_noswizzle",
-       "07_mma_single_buffer", "07_mma_longest_first", "07_mma_plain", "07_mma_two_row_blocks")
+       "07_mma_single_buffer", "07_mma_longest_first", "07_mma_plain", "07_mma_two_row_blocks", "07_mma_across_heads")
 SPEC = registry.KERNELS["07_mma"]  # the source's own tiles (the L4's)
 SRC = SPEC.path.read_text()
 MAX_REGS_PER_SM = 65536
@@ -51,15 +51,16 @@ def stages(spec) -> dict[int, int]:
     return {D: spec.config[f"ATTN07_STAGES_D{D}"] for D in (64, 128)}
 
 
-def _entries() -> dict[str, tuple[int, int, bool, int | None, bool, int]]:
+def _entries() -> dict[str, tuple[int, int, bool, int | None, bool, int, bool]]:
     """entry -> (D, key split, swizzle, stages (None: the build's STAGES_D<D>), one barrier, 16-row
-    blocks per warp), from the ATTN07_ENTRY lines."""
+    blocks per warp, causal tiles across the heads), from the ATTN07_ENTRY lines."""
     assert re.search(r"extern \"C\" __global__ void __launch_bounds__\(THREADS, MIN_CTAS_PER_SM\)", SRC)
     found = re.findall(r"^ATTN07_ENTRY\((attn_fwd_07_\w+), (\d+), BLOCK_N_D\2, (\d+), (true|false), "
-                       r"(STAGES_D\2|1), (true|false), (?:true|false), ([12])\)$", SRC, re.M)
+                       r"(STAGES_D\2|1), (true|false), (?:true|false), ([12]), (true|false)\)$", SRC, re.M)
     assert len(found) == SRC.count("\nATTN07_ENTRY(")
-    return {name: (int(d), int(split), sw == "true", None if st.startswith("STAGES") else int(st), ob == "true", int(rb))
-            for name, d, split, sw, st, ob, rb in found}
+    return {name: (int(d), int(split), sw == "true", None if st.startswith("STAGES") else int(st), ob == "true", int(rb),
+                   across == "true")
+            for name, d, split, sw, st, ob, rb, across in found}
 
 
 def entry_stages(entry: str, st: dict) -> int:
@@ -168,7 +169,7 @@ def _opcodes(lines: list[str]):
 
 
 def test_registry_names_every_entry_with_its_head_dim():
-    assert len(ENTRIES) == 19
+    assert len(ENTRIES) == 25
     named = {arch: set() for arch in ARCHES}
     for arch in ARCHES:
         for kid in IDS:
@@ -179,18 +180,24 @@ def test_registry_names_every_entry_with_its_head_dim():
                 for entry in spec.entries_at_head_dim(D):
                     assert ENTRIES[entry][0] == D and _runs(entry, block_n(spec))
                     named[arch].add(entry)
-            if kid not in ("07_mma", "07_mma_split2", "07_mma_split4", "07_mma_two_row_blocks"):
+            if kid not in ("07_mma", "07_mma_split2", "07_mma_split4", "07_mma_two_row_blocks", "07_mma_across_heads"):
                 assert "ablation" in spec.summary and spec.variant_of == "07_mma"
     # every entry runs somewhere; the 4-way split at D = 128 only with 64-key tiles
     assert named["sm_90"] == named["sm_80"] == set(ENTRIES)
-    assert named["sm_89"] == set(ENTRIES) - {"attn_fwd_07_mma_split4_d128"}
+    assert named["sm_89"] == set(ENTRIES) - {"attn_fwd_07_mma_split4_d128", "attn_fwd_07_mma_across_heads_split4_d128"}
     # the kernel may run every split entry; each fixed-split variant runs only its own
     assert set(registry.get("07_mma").entries_at_head_dim(64)) == {e for e, v in ENTRIES.items()
-                                                                   if v[0] == 64 and v[2:] == (True, None, True, 1)}
+                                                                   if v[0] == 64 and v[2:] == (True, None, True, 1, False)}
     # step 7.7 takes two row blocks at D = 64 in every split, and 07_mma's entries at D = 128
     step = registry.get("07_mma_two_row_blocks")
     assert {ENTRIES[e][5] for e in step.entries_at_head_dim(64)} == {2}
     assert set(step.entries_at_head_dim(128)) == set(registry.get("07_mma").entries_at_head_dim(128))
+    # step 7.8 is step 7.7 with its causal tiles across the heads, at both head dims
+    after = registry.get("07_mma_across_heads")
+    for D in (64, 128):
+        ours = after.entries_at_head_dim(D)
+        assert all(ENTRIES[e][6] for e in ours)
+        assert [ENTRIES[e][:6] for e in ours] == [ENTRIES[e][:6] for e in step.entries_at_head_dim(D)]
 
 
 @pytest.mark.parametrize("arch", ARCHES)
@@ -217,7 +224,7 @@ def test_registry_mirrors_the_kernel_constants(kid, arch):
 def test_resources_no_spill_smem_and_two_ctas_per_sm(build):
     arch, resources, _, bn, st = build
     assert set(resources) == set(ENTRIES) | set(PARTIALS) | {COMBINE}
-    for name, (D, split, *_rest, rb) in ENTRIES.items():
+    for name, (D, split, *_rest, rb, _across) in ENTRIES.items():
         if not _runs(name, bn):
             continue
         f = resources[name]
@@ -253,7 +260,7 @@ def _expected(D: int, split: int, tiles: dict, n_stages: int, rb: int = 1) -> di
 
 def test_sass_has_the_promised_instruction_mix(build):
     arch, _, sass, bn, st = build
-    for name, (D, split, *_rest, rb) in ENTRIES.items():
+    for name, (D, split, *_rest, rb, _across) in ENTRIES.items():
         if not _runs(name, bn):
             continue
         ops = _opcodes(sass[name])

@@ -18,7 +18,10 @@ warps x 32 lanes as array axes:
   fp16 repack of P as the A operand, the output staged through the Q tile and stored in 16-byte
   rows;
 - the key split: warp groups that multiply disjoint slices of every key tile for the same rows,
-  and the merge of their (m, l, O) through shared memory, lane by lane, into group 0.
+  and the merge of their (m, l, O) through shared memory, lane by lane, into group 0;
+- two 16-row blocks per warp (ROW_BLOCKS = 2, step 7.7), modelled as two virtual warps that read
+  the same K and V fragments and share their warp's skip and mask decisions; and the causal grid
+  whose CTA i takes query tile i / (B H) of head i % (B H) (ACROSS_HEADS, step 7.8).
 
 Each index below is the kernel's formula written again, so an indexing bug in the kernel is a bug
 here and fails the pass rule against the fp64 reference. The primitives are also tested alone
@@ -55,7 +58,9 @@ def _const(name: str) -> int:
 WARPS = _const("WARPS")
 assert re.search(r"constexpr int THREADS = WARPS \* 32;", SRC)
 assert re.search(r"constexpr int ROW_WARPS = WARPS / KV_SPLIT;", SRC)
-assert re.search(r"constexpr int BLOCK_M = 16 \* ROW_WARPS;", SRC)
+assert re.search(r"constexpr int WARP_ROWS = 16 \* ROW_BLOCKS;", SRC)
+assert re.search(r"constexpr int BLOCK_M = WARP_ROWS \* ROW_WARPS;", SRC)
+assert "q_block = linear / gridDim.y;" in SRC and "bh = linear % gridDim.y;" in SRC
 assert re.search(r"constexpr int SUB_N = BLOCK_N / KV_SPLIT;", SRC)
 THREADS = WARPS * 32
 BLOCK_M = WARPS * 16   # without a split
@@ -72,10 +77,12 @@ class Variant:
     stages: int
     one_barrier: bool
     longest_first: bool
+    row_blocks: int = 1
+    across_heads: bool = False
 
     @property
-    def block_m(self) -> int:  # query rows per CTA: 16 per warp of one group
-        return 16 * (WARPS // self.kv_split)
+    def block_m(self) -> int:  # query rows per CTA: 16 per row block, row_blocks per warp of one group
+        return 16 * self.row_blocks * (WARPS // self.kv_split)
 
     @property
     def smem_bytes(self) -> int:  # Q tile + stages x (K tile + V tile), as laid out in the kernel
@@ -96,21 +103,22 @@ ARCH_TILES = sorted({(D, tiles.get(f"ATTN07_BLOCK_N_D{D}", _const(f"BLOCK_N_D{D}
 
 
 def _variants() -> dict[str, Variant]:
-    """Every ATTN07_ENTRY(name, D, BLOCK_N, KV_SPLIT, SWIZZLE, STAGES, ONE_BARRIER, LONGEST_FIRST) of the source
+    """Every ATTN07_ENTRY(name, D, BLOCK_N, KV_SPLIT, SWIZZLE, STAGES, ONE_BARRIER, LONGEST_FIRST, ROW_BLOCKS,
+    ACROSS_HEADS) of the source
     with its own tiles, and again as "name@BLOCK_N/STAGES" with each other architecture's tiles at
     its D (an entry with a fixed number of stages keeps it). A split whose slice of the tile is not
     whole 16-key steps compiles to nothing and is left out."""
     out = {}
     for m in re.finditer(r"^ATTN07_ENTRY\((attn_fwd_07_\w+), (\d+), (\w+), (\d+), (true|false), (\w+), "
-                         r"(true|false), (true|false)\)$", SRC, re.M):
-        name, d, bn, split, sw, st, ob, lf = m.groups()
+                         r"(true|false), (true|false), ([12]), (true|false)\)$", SRC, re.M):
+        name, d, bn, split, sw, st, ob, lf, rb, across = m.groups()
         tiles = [(_value(bn), _value(st))] + [(t, s if not st.isdigit() else int(st))
                                               for D, t, s in ARCH_TILES if D == int(d)]
         for i, (tile, stages) in enumerate(dict.fromkeys(tiles)):
             if (tile // int(split)) % 16 == 0:
                 label = name if i == 0 else f"{name}@{tile}/{stages}"
                 out[label] = Variant(name, int(d), tile, int(split), sw == "true", stages, ob == "true",
-                                     lf == "true")
+                                     lf == "true", int(rb), across == "true")
     return out
 
 
@@ -297,12 +305,16 @@ def load_tile(sm: SharedMemory, tile: int, head, row0: int, L: int, D: int, rows
 
 
 def run_cta(var: Variant, q, k, v, out, L: int, scale: float, causal: bool, bx: int, grid_x: int):
-    """One CTA (blockIdx.x = bx) of one head: q, k, v fp16 [L, D]; writes rows of out."""
-    D, BN, SW, BM = var.D, var.BLOCK_N, var.swizzle, var.block_m
+    """One CTA of one head, bx its query tile before the causal countdown (blockIdx.x, or the tile the
+    interleaved grid of ACROSS_HEADS gives it): q, k, v fp16 [L, D]; writes rows of out. A warp of RB
+    row blocks is RB virtual warps here (axis 0: warp w's block mb at w * RB + mb)."""
+    D, BN, SW, BM, RB = var.D, var.BLOCK_N, var.swizzle, var.block_m, var.row_blocks
     row_warps, sub_n = WARPS // var.kv_split, BN // var.kv_split
     ROW_BYTES, K_STEPS, S_BLOCKS, P_STEPS, O_BLOCKS = 2 * D, D // 16, sub_n // 8, sub_n // 16, D // 8
     Q_BYTES, KV_BYTES = BM * ROW_BYTES, BN * ROW_BYTES
-    group, row_warp = WARP // row_warps, WARP % row_warps            # [W, 1]
+    NV, VW = WARPS * RB, np.arange(WARPS * RB)[:, None]              # virtual warps, [NV, 1]
+    warp, mb = VW // RB, VW % RB
+    group, row_warp = warp // row_warps, warp % row_warps             # [NV, 1]
     key0 = group * sub_n
     sm = SharedMemory(var.smem_bytes)
     q_tile = 0
@@ -311,7 +323,8 @@ def run_cta(var: Variant, q, k, v, out, L: int, scale: float, causal: bool, bx: 
 
     q_block = grid_x - 1 - bx if causal and var.longest_first else bx
     q0 = q_block * BM
-    warp_row0 = q0 + row_warp * 16                                   # [W, 1]
+    warp_row0 = q0 + row_warp * 16 * RB                              # [NV, 1]: the real warp's first row
+    block_row0 = warp_row0 + 16 * mb                                 # [NV, 1]: this row block's
     kv_end = min(L, q0 + BM) if causal else L
     n_tiles = -(-kv_end // BN)
 
@@ -323,11 +336,11 @@ def run_cta(var: Variant, q, k, v, out, L: int, scale: float, causal: bool, bx: 
             load_tile(sm, v_tile(p), v, p * BN, L, D, BN, SW)
         sm.commit()
 
-    o_acc = np.zeros((WARPS, 32, O_BLOCKS, 4), F32)
-    m_run = np.full((WARPS, 32, 2), NEG_INF, F32)
-    l_run = np.zeros((WARPS, 32, 2), F32)
+    o_acc = np.zeros((NV, 32, O_BLOCKS, 4), F32)
+    m_run = np.full((NV, 32, 2), NEG_INF, F32)
+    l_run = np.zeros((NV, 32, 2), F32)
     scale_log2 = np.fmax(np.abs(F32(scale)) * LOG2E, np.finfo(F32).tiny)
-    key_limit = [np.minimum(L - 1, warp_row0 + G + 8 * h) if causal else np.full((WARPS, 32), L - 1)
+    key_limit = [np.minimum(L - 1, block_row0 + G + 8 * h) if causal else np.full((NV, 32), L - 1)
                  for h in range(2)]
     q_frag = None
     for j in range(n_tiles):
@@ -342,15 +355,15 @@ def run_cta(var: Variant, q, k, v, out, L: int, scale: float, causal: bool, bx: 
         if not var.one_barrier:  # two barriers: (the copy was issued first,) wait, barrier
             sm.wait(S - 1)
         if j == 0:
-            q_frag = [ldmatrix_x4(sm.halves, q_tile + tile_offset(row_warp * 16 + ldsm_row(LANE),
+            q_frag = [ldmatrix_x4(sm.halves, q_tile + tile_offset(row_warp * 16 * RB + 16 * mb + ldsm_row(LANE),
                                                                   2 * ks + ldsm_chunk(LANE), ROW_BYTES, SW))
                       for ks in range(K_STEPS)]
             if scale < 0:
                 q_frag = [-qf for qf in q_frag]  # the sign-bit flip: exact negation of fp16
-        k0 = j * BN + key0                                           # [W, 1]
-        active = (not causal) | (k0 <= warp_row0 + 15)                # [W, 1]: the warp-uniform skip
+        k0 = j * BN + key0                                           # [NV, 1]
+        active = (not causal) | (k0 <= warp_row0 + 16 * RB - 1)       # [NV, 1]: the (real) warp's skip
 
-        s = np.zeros((WARPS, 32, S_BLOCKS, 4), F32)
+        s = np.zeros((NV, 32, S_BLOCKS, 4), F32)
         for np_ in range(S_BLOCKS // 2):
             for ks in range(K_STEPS):
                 kf = ldmatrix_x4(sm.halves, k_tile(stage) + tile_offset(key0 + 16 * np_ + ldsm_row_b(LANE),
@@ -358,16 +371,16 @@ def run_cta(var: Variant, q, k, v, out, L: int, scale: float, causal: bool, bx: 
                 s[:, :, 2 * np_] = mma_16816(s[:, :, 2 * np_], q_frag[ks], kf[..., 0, :], kf[..., 1, :])
                 s[:, :, 2 * np_ + 1] = mma_16816(s[:, :, 2 * np_ + 1], q_frag[ks], kf[..., 2, :], kf[..., 3, :])
 
-        need_mask = (k0 + sub_n > L) | (causal & (k0 + sub_n - 1 > warp_row0))   # [W, 1]
+        need_mask = (k0 + sub_n > L) | (causal & (k0 + sub_n - 1 > warp_row0))   # [NV, 1], the real warp's
         for nb in range(S_BLOCKS):
             for e in range(4):
                 masked = need_mask & (k0 + nb * 8 + 2 * T + (e & 1) > key_limit[e >> 1])
                 s[:, :, nb, e] = np.where(masked, NEG_INF, s[:, :, nb, e])
 
-        neg_mc = np.empty((WARPS, 32, 2), F32)
+        neg_mc = np.empty((NV, 32, 2), F32)
         o_new, m_new_run, l_new = o_acc.copy(), m_run.copy(), l_run.copy()
         for h in range(2):
-            mx = np.full((WARPS, 32), NEG_INF, F32)
+            mx = np.full((NV, 32), NEG_INF, F32)
             for nb in range(S_BLOCKS):
                 mx = np.fmax(mx, np.fmax(s[:, :, nb, 2 * h], s[:, :, nb, 2 * h + 1]))
             mx = np.fmax(mx, shfl_xor(mx, 1))
@@ -408,8 +421,8 @@ def run_cta(var: Variant, q, k, v, out, L: int, scale: float, causal: bool, bx: 
         # The merge: warp (0, rw) folds in warp (g, rw)'s state, g = 1, 2, ..., lane by lane (the
         # same lane of both holds the same elements), with the online softmax's rescaling.
         for other in range(1, var.kv_split):
-            for rw in range(row_warps):
-                a, b = rw, other * row_warps + rw                    # warps of group 0 and `other`
+            for rw, m in ((rw, m) for rw in range(row_warps) for m in range(RB)):
+                a, b = rw * RB + m, (other * row_warps + rw) * RB + m  # (virtual) warps of group 0 and `other`
                 for h in range(2):
                     m_run[a, :, h], l_run[a, :, h], o_acc[a, :, :, 2 * h:2 * h + 2] = merge_row(
                         m_run[a, :, h], l_run[a, :, h], o_acc[a, :, :, 2 * h:2 * h + 2],
@@ -417,7 +430,7 @@ def run_cta(var: Variant, q, k, v, out, L: int, scale: float, causal: bool, bx: 
     finishing = (group == 0)[:, 0]                                  # the warps that store rows
 
     # Epilogue: quad sums, O / l to fp16 through this warp's rows of the Q tile, 16-byte stores.
-    inv_l = np.empty((WARPS, 32, 2), F32)
+    inv_l = np.empty((NV, 32, 2), F32)
     for h in range(2):
         l = l_run[..., h]
         l = l + shfl_xor(l, 1)
@@ -425,15 +438,15 @@ def run_cta(var: Variant, q, k, v, out, L: int, scale: float, causal: bool, bx: 
         inv_l[..., h] = np.where(l > 0, F32(1) / np.where(l > 0, l, 1), F32(0))
     for nb in range(O_BLOCKS):
         for h in range(2):
-            off = tile_offset(row_warp * 16 + G + 8 * h, nb, ROW_BYTES, SW) + 4 * T   # [W, 32]
+            off = tile_offset(row_warp * 16 * RB + 16 * mb + G + 8 * h, nb, ROW_BYTES, SW) + 4 * T   # [NV, 32]
             val = pack_half2(o_acc[:, :, nb, 2 * h] * inv_l[..., h], o_acc[:, :, nb, 2 * h + 1] * inv_l[..., h])
             sm.halves[off[finishing][..., None] // 2 + np.arange(2)] = val[finishing]
     chunks = D // 8
-    for i in range(16 * chunks // 32):
+    for i in range(16 * chunks // 32):  # each row block's 16 rows (the warp's loop takes its RB blocks in turn)
         idx = i * 32 + LANE
         r, c = idx // chunks, idx % chunks
-        row = warp_row0 + r                                                       # [W, 32]
-        src = tile_offset(row_warp * 16 + r, c, ROW_BYTES, SW)
+        row = block_row0 + r                                                      # [NV, 32]
+        src = tile_offset(row_warp * 16 * RB + 16 * mb + r, c, ROW_BYTES, SW)
         data = sm.halves[src[..., None] // 2 + np.arange(8)]
         ok = (row < L) & finishing[:, None]
         out[row[ok][:, None], (np.broadcast_to(c, row.shape)[ok] * 8)[:, None] + np.arange(8)] = data[ok]
@@ -459,9 +472,13 @@ def model_attention(var_or_entry, q, k, v, causal: bool, scale: float | None = N
     qn, kn, vn = (t.numpy().astype(F16).reshape(B * H, L, D) for t in (q, k, v))
     out = np.full((B * H, L, D), np.nan, F16)
     grid_x = -(-L // var.block_m)
-    for bh in range(B * H):
+    for by in range(B * H):
         for bx in range(grid_x):
-            run_cta(var, qn[bh], kn[bh], vn[bh], out[bh], L, scale, causal, bx, grid_x)
+            tile, bh = bx, by
+            if var.across_heads and causal:  # CTA i (x fastest) takes tile i / (B H) of pair i % (B H)
+                linear = by * grid_x + bx
+                tile, bh = linear // (B * H), linear % (B * H)
+            run_cta(var, qn[bh], kn[bh], vn[bh], out[bh], L, scale, causal, tile, grid_x)
     return torch.from_numpy(out.reshape(B, H, L, D))
 
 
@@ -631,6 +648,9 @@ def test_model_meets_pass_rule(shape, causal):
 
 ABLATION_CASES = [(e, Shape(1, 1, 150, 64) if VARIANTS[e].D == 64 else Shape(1, 1, 200, 128))
                   for e in sorted(VARIANTS) if "_mma_d" not in e and e not in SPLITS]
+# The interleaved causal grid over several heads and a tail tile: every (tile, head) once.
+ABLATION_CASES += [(e, Shape(2, 3, 150, 64) if VARIANTS[e].D == 64 else Shape(1, 3, 100, 128))
+                   for e in sorted(VARIANTS) if VARIANTS[e].across_heads and e not in SPLITS]
 
 
 @pytest.mark.parametrize("entry,shape", ABLATION_CASES, ids=[e for e, _ in ABLATION_CASES])

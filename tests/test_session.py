@@ -29,7 +29,9 @@ def test_list_shows_every_stage_with_minutes_under_the_lease():
         # its builds included, all of them when nothing carried is of use on the GPU machine
         assert stage.step_minutes <= stage.minutes <= stage.worst_minutes
         assert stage.worst_minutes <= 8, f"{stage.name} is predicted past the 8 minutes a stage may take"
-    assert sum(s.minutes for s in stages.STAGES) < 26
+    # every stage of the plan within two leases of 15 minutes of device time, each less a cold start (a
+    # minute or more: 1.5 counted)
+    assert sum(s.minutes for s in stages.STAGES) <= 2 * (15 - 1.5)
     assert {"check", "bench", "sanitize", "book", "extras"} <= {s.name for s in stages.STAGES}
 
 
@@ -40,7 +42,7 @@ def test_riskiest_kernels_first_variants_last():
     variants = [s.id for s in registry.select(None) if s.variant_of]
     assert set(variants) == {"07_mma_split2", "07_mma_split4", "07_mma_nosplit", "07_mma_two_barriers",
                              "07_mma_noswizzle", "07_mma_single_buffer", "07_mma_split_ctas", "07_mma_longest_first",
-                             "07_mma_plain", "07_mma_two_row_blocks"} | {
+                             "07_mma_plain", "07_mma_two_row_blocks", "07_mma_across_heads"} | {
         k for k in registry.KERNELS if k.startswith("06_ws_")}
     assert order[-len(variants):] == [k for k in order if k in variants]
 

@@ -31,9 +31,9 @@ def test_each_step_sets_exactly_one_switch_more_than_the_step_before(step):
 def test_the_first_step_has_every_technique_off_and_the_last_every_one_on():
     first, last = steps.step_switches(STEPS_07[0]), steps.step_switches(STEPS_07[-1])
     assert first == {"SWIZZLE": False, "STAGES": 1, "ONE_BARRIER": False, "LONGEST_FIRST": False, "KV_SPLIT": 1,
-                     "ROW_BLOCKS": 1}
+                     "ROW_BLOCKS": 1, "ACROSS_HEADS": False}
     assert last["SWIZZLE"] and last["STAGES"] >= 2 and last["ONE_BARRIER"] and last["LONGEST_FIRST"]
-    assert last["KV_SPLIT"] > 1 and last["ROW_BLOCKS"] == 2
+    assert last["KV_SPLIT"] > 1 and last["ROW_BLOCKS"] == 2 and last["ACROSS_HEADS"]
 
 
 @pytest.mark.parametrize("step", STEPS_07[1:], ids=lambda s: s.number)
@@ -60,12 +60,14 @@ def test_a_steps_code_holds_no_branch_its_switches_decide(step):
 def test_the_code_changes_where_the_technique_lives():
     assert "(chunk ^ (row & 7))" in steps.step_source("7.3")
     assert "(chunk ^ (row & 7))" not in steps.step_source("7.2")
-    assert "gridDim.x - 1 - blockIdx.x" in steps.step_source("7.2")
-    assert "gridDim.x - 1 - blockIdx.x" not in steps.step_source("7.1")
+    assert "gridDim.x - 1 - q_block" in steps.step_source("7.2")
+    assert "gridDim.x - 1 - q_block" not in steps.step_source("7.1")
     assert "cp_async_wait<0>" in steps.step_source("7.3") and "cp_async_wait<0>" not in steps.step_source("7.4")
     assert "cp_async_wait<STAGES - 2>" in steps.step_source("7.5")
     assert "slot(other" in steps.step_source("7.6") and "slot(other" not in steps.step_source("7.5")
     assert "// ROW_BLOCKS = 2" in steps.step_source("7.7") and "// ROW_BLOCKS = 1" in steps.step_source("7.6")
+    assert "q_block = linear / gridDim.y;" in steps.step_source("7.8")
+    assert "q_block = linear / gridDim.y;" not in steps.step_source("7.7")
 
 
 def test_specialize_takes_the_branch_the_switches_choose():

@@ -78,8 +78,8 @@ MUTANTS: tuple[Mutant, ...] = (
            ("07_mma_split_ctas",),
            "a causal split that saw no key claims a max of 0: the combine weighs an O nobody wrote"),
     Mutant("07-longest-first", "07_mma_swizzle.cu",
-           "q_block = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;",
-           "q_block = causal ? gridDim.x - blockIdx.x : blockIdx.x;", ("07_mma_longest_first",),
+           "q_block = causal ? gridDim.x - 1 - q_block : q_block;",
+           "q_block = causal ? gridDim.x - q_block : q_block;", ("07_mma_longest_first",),
            "the reversed launch order is off by one: the first CTA takes a query tile past the last, the "
            "first tile is never computed"),
     Mutant("07-tile-skip", "07_mma_swizzle.cu",
@@ -89,6 +89,10 @@ MUTANTS: tuple[Mutant, ...] = (
            "if (!causal || k0 <= warp_row0 + WARP_ROWS - 1) {", "if (!causal || k0 <= warp_row0 + 15) {",
            ("07_mma_two_row_blocks",),
            "a warp of two row blocks skips a key tile by its first block's rows: the second block's diagonal tile goes unseen"),
+    Mutant("07-across-heads-pair", "07_mma_swizzle.cu",
+           "bh = linear % gridDim.y;", "bh = linear / gridDim.x;", ("07_mma_across_heads",),
+           "a causal CTA takes its (batch, head) pair by the grid's row, not by the interleaving: some pairs' "
+           "tiles run twice and others' never"),
     Mutant("07-row-block-q", "07_mma_swizzle.cu",
            "row_warp * WARP_ROWS + 16 * mb + attn::ldsm_row(lane),", "row_warp * WARP_ROWS + attn::ldsm_row(lane),",
            ("07_mma_two_row_blocks",),

@@ -91,7 +91,8 @@ def macro_calls(name: str, macro: str) -> dict[str, dict[str, str]]:
     """Each line of kernels/`name` that invokes the function-like `macro` at its start, by its first
     argument (an entry's name): the other arguments as written, by the macro's parameter names."""
     text = (kernels_dir() / name).read_text()
-    params = [p.strip() for p in re.search(rf"#define {macro}\(([^)]*)\)", text).group(1).split(",")]
+    # (a definition may run over lines: their continuation backslashes are not part of a name)
+    params = [p.strip() for p in re.search(rf"#define {macro}\(([^)]*)\)", text).group(1).replace("\\", " ").split(",")]
     calls = {}
     for m in re.finditer(rf"^{macro}\(([^)]*)\)", text, re.M):
         args = [a.strip() for a in m.group(1).split(",")]

@@ -1,7 +1,8 @@
 """Chapter 7's steps as code: the kernel of each step, and what changed since the step before.
 
 Every step is kernels/07_mma_swizzle.cu built with its own template switches (SWIZZLE, STAGES,
-ONE_BARRIER, LONGEST_FIRST, KV_SPLIT, ROW_BLOCKS), named once, in the step's `ATTN07_ENTRY` line of the source.
+ONE_BARRIER, LONGEST_FIRST, KV_SPLIT, ROW_BLOCKS, ACROSS_HEADS), named once, in the step's
+`ATTN07_ENTRY` line of the source.
 The compiler drops the branches a switch turns off; `step_source` drops them the same way in the
 text, so a reader sees the kernel each step builds: the `if constexpr` branches that do not apply
 are gone, the ones that do are inlined, and `(SWITCH ? a : b)` is `a` or `b`. `step_diff` is the
@@ -21,7 +22,7 @@ SOURCE = "07_mma_swizzle.cu"
 ENTRY_MACRO = "ATTN07_ENTRY"
 # The template switches a step sets, in the order the code view lists them. D and BLOCK_N are
 # sizes, not techniques: they stay symbolic.
-SWITCHES = ("SWIZZLE", "STAGES", "ONE_BARRIER", "LONGEST_FIRST", "KV_SPLIT", "ROW_BLOCKS")
+SWITCHES = ("SWIZZLE", "STAGES", "ONE_BARRIER", "LONGEST_FIRST", "KV_SPLIT", "ROW_BLOCKS", "ACROSS_HEADS")
 # Chapter 7's steps never take FlashAttention-2's partial route (that is 07_mma_split_ctas).
 FIXED = {"PARTIAL": False}
 

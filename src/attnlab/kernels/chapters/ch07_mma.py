@@ -263,10 +263,11 @@ def variant_tuning(geometry: Callable[[dict], dict], arch_defaults=arch_tiles) -
 
 # Where FlashAttention-2's route takes less than 07_mma's tiles, because its partial kernel (the
 # fused loop plus an fp32 epilogue, at the 255-register edge at D = 128) would spill with them:
-# on sm_80 with 64-key tiles, on sm_90 with a third stage. arch -> (top key tile, top stages) per
-# head dim. tests/test_kernel_07_static.py builds 07_mma's tiles to show each spill is still there.
-PARTIAL_TOPS = {"sm_80": ({128: BLOCK_N[128]}, {}),
-                       "sm_90": ({}, {128: STAGES[128]})}
+# on sm_80 with 64-key tiles. arch -> (top key tile, top stages) per head dim.
+# tests/test_kernel_07_static.py builds 07_mma's tiles to show each spill is still there, and that
+# no other target spills (sm_90's third stage did, until the (batch, head) index of step 7.8 moved
+# ptxas's allocation: 255 registers and no spill now).
+PARTIAL_TOPS = {"sm_80": ({128: BLOCK_N[128]}, {})}
 
 
 def cta_split_tiles(arch: str) -> dict[str, int]:
@@ -347,43 +348,63 @@ for _kid, _suffix, _stages, _title, _summary in (
     ))
 
 
+# The steps past 07_mma (7.7, 7.8): the entries named {prefix}_d{D} and {prefix}_split{s}_d{D} in
+# the source; where a head dim has none, 07_mma's (the same template switches: step 7.7 at D = 128,
+# whose two row blocks' accumulators would pass 255 registers). The row blocks per head dim are
+# those of the source's ATTN07_ENTRY lines.
+_ENTRIES = macro_calls(SOURCE, "ATTN07_ENTRY")
+
+
+@dataclass(frozen=True)
+class LaterStep:
+    prefix: str  # the source's entry names start with it
+
+    @property
+    def entries(self) -> dict[int, str]:
+        return {D: f"{self.prefix}_d{D}" if f"{self.prefix}_d{D}" in _ENTRIES else f"attn_fwd_07_mma_d{D}"
+                for D in (64, 128)}
+
+    @property
+    def row_blocks(self) -> dict[int, int]:
+        return {D: int(_ENTRIES[e]["ROW_BLOCKS"]) for D, e in self.entries.items()}
+
+    def split_entry(self, s: int, D: int) -> str | None:
+        own = f"{self.prefix}_split{s}_d{D}"
+        if own in _ENTRIES:
+            return own
+        return f"attn_fwd_07_mma_split{s}_d{D}" if self.entries[D] == f"attn_fwd_07_mma_d{D}" else None
+
+    def geometry(self, config: dict) -> dict:
+        return geometry(config, row_blocks=self.row_blocks, split_entry=self.split_entry)
+
+
 # Step 7.7: each warp takes two 16-row query blocks (128-row CTAs at D = 64), and every K and V
 # fragment it reads from shared memory feeds both blocks' MMAs: half the ldmatrix bytes per FLOP.
-# The row blocks per head dim are the source's (its ATTN07_ENTRY lines); at D = 128 the two blocks'
-# accumulators would spill (255 registers), so that head dim runs 07_mma's own entries.
-TWO_ROWS = "attn_fwd_07_mma_two_row_blocks"
-_ENTRIES = macro_calls(SOURCE, "ATTN07_ENTRY")
-TWO_ROWS_ENTRY = {D: f"{TWO_ROWS}_d{D}" if f"{TWO_ROWS}_d{D}" in _ENTRIES else f"attn_fwd_07_mma_d{D}"
-                  for D in (64, 128)}
-TWO_ROWS_BLOCKS = {D: int(_ENTRIES[e]["ROW_BLOCKS"]) for D, e in TWO_ROWS_ENTRY.items()}
-_TWO_ROWS_SPLITS = _split_entries(TWO_ROWS)
+TWO_ROWS = LaterStep("attn_fwd_07_mma_two_row_blocks")
+TWO_ROWS_ENTRY, TWO_ROWS_BLOCKS = TWO_ROWS.entries, TWO_ROWS.row_blocks
+# Step 7.8: step 7.7 with a causal grid's longest query tiles first across every head, not per head.
+ACROSS_HEADS = LaterStep("attn_fwd_07_mma_across_heads")
 
-
-def _two_rows_split_entry(s: int, D: int) -> str | None:
-    """Step 7.7's entry of split s at D: its own where it takes two row blocks, 07_mma's otherwise."""
-    if TWO_ROWS_BLOCKS[D] == 1:
-        return f"attn_fwd_07_mma_split{s}_d{D}"
-    return f"{TWO_ROWS}_split{s}_d{D}" if D in _TWO_ROWS_SPLITS.get(s, ()) else None
-
-
-def two_rows_geometry(config: dict) -> dict:
-    """07_mma's geometry with TWO_ROWS_BLOCKS row blocks per warp (and its split entries)."""
-    return geometry(config, row_blocks=TWO_ROWS_BLOCKS, split_entry=_two_rows_split_entry)
-
-
-register(KernelSpec(
-    id="07_mma_two_row_blocks",
-    title="Swizzle + double buffer, two row blocks per warp",
-    entry=TWO_ROWS_ENTRY[64],
-    entries_by_head_dim=TWO_ROWS_ENTRY,
-    **two_rows_geometry(TUNING.defaults),
-    **COMMON,
-    tuning=variant_tuning(two_rows_geometry),
-    summary="07_mma with two 16-row query blocks per warp at D = 64 (128-row CTAs): each K and V fragment read "
-            "from shared memory feeds the MMAs of both",
-    conflict_free=("ldmatrix", "cp.async", "ld/st"),
-    variant_of="07_mma",
-))
+for _kid, _step, _title, _summary, _extra in (
+        ("07_mma_two_row_blocks", TWO_ROWS, "two row blocks per warp",
+         "two 16-row query blocks per warp at D = 64 (128-row CTAs): each K and V fragment read from shared "
+         "memory feeds the MMAs of both", {}),
+        ("07_mma_across_heads", ACROSS_HEADS, "two row blocks, longest first across the heads",
+         "step 7.7, and a causal grid launches every head's longest query tile before any head's next",
+         {"causal_heads_first": True})):
+    register(KernelSpec(
+        id=_kid,
+        title=f"Swizzle + double buffer, {_title}",
+        entry=_step.entries[64],
+        entries_by_head_dim=_step.entries,
+        **_step.geometry(TUNING.defaults),
+        **COMMON,
+        tuning=variant_tuning(_step.geometry),
+        summary=f"07_mma with {_summary}" if _kid == "07_mma_two_row_blocks" else _summary,
+        conflict_free=("ldmatrix", "cp.async", "ld/st"),
+        variant_of="07_mma",
+        **_extra,
+    ))
 
 
 @dataclass(frozen=True)
@@ -405,6 +426,7 @@ STEPS_07: tuple[Step, ...] = (
     Step("7.5", "07_mma_nosplit", "One barrier per key tile", "ch07_5_one_barrier"),
     Step("7.6", "07_mma", "The keys split to fill the GPU", "ch07_6_key_split"),
     Step("7.7", "07_mma_two_row_blocks", "Two query row blocks per warp", "ch07_7_two_row_blocks"),
+    Step("7.8", "07_mma_across_heads", "The longest query tiles first across the heads", "ch07_8_across_heads"),
 )
 
 
