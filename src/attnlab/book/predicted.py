@@ -141,12 +141,11 @@ def grid_fill(kernel_id: str, gpu: str, shape: Shape = MISSION, causal: bool = F
     the launcher's real grid for `gpu` at `shape`, placed as the model places it."""
     import numpy as np
 
-    from ..executor.trace import trace
     from ..gpus import by_key
-    from ..model.bounds import ctas_per_sm, per_cta_seconds, placement, warp_instructions
+    from ..model.bounds import counted, ctas_per_sm, per_cta_seconds, placement, warp_instructions
 
     g = by_key(gpu)
-    t = trace(kernel_id, shape, causal, arch=g.arch, sms=g.sms)
+    t = counted(kernel_id, shape, causal, g)  # every CTA run, or at the large shapes one head's
     per_cta = per_cta_seconds(t, g, ctas_per_sm(kernel_id, shape, g), issued=warp_instructions(t, kernel_id, g)[0])
     return placement(per_cta, g.sms), np.max(np.stack(list(per_cta.values())), axis=0) * 1e6, t.launches[0].grid
 
@@ -213,13 +212,12 @@ def launch_order_figure(kernel_ids, gpu: str = "L4", shape: Shape = MISSION, cau
         owner, us, grid = grid_fill(kid, gpu, shape, causal)
         base = _stack_ctas(ax, owner, us, sms, lambda h, below: colors(h / us.max()))
         ax.axhline(base.max(), color="black", lw=0.8, ls=":")
-        ax.set_title(f"{kid}: the busiest SM's CTAs take {base.max():.1f} µs, launch not included (predicted)",
-                     fontsize=7.5)
+        ax.set_title(f"{kid}: the busiest SM's CTAs, {base.max():.1f} µs predicted", fontsize=7.5)
         ax.set_xlim(-1, sms)
         ax.set_xlabel("SM", fontsize=7.5)
         ax.tick_params(labelsize=6.5)
     axes[0][0].set_ylabel("µs predicted, stacked CTAs", fontsize=7)
     fig.suptitle(f"{gpu}, {shape.label()}{', causal' if causal else ''}: each CTA on the SM with the least work "
-                 "so far, in launch order; colour and height: its predicted time", fontsize=8)
+                 "so far, in launch order; colour and height: its predicted time (the launch not included)", fontsize=8)
     fig.tight_layout()
     return fig
