@@ -31,9 +31,13 @@ CPU_SCHEDULE_SEEDS: tuple[int, ...] = (0, 1, 2)
 #  - chapter 7's split across CTAs gives each CTA one or two key tiles at L <= 200: at 641 (ten
 #    64-key tiles and one key) each runs 5 or 6, so its key loop comes round its ring of K/V stages
 #    (three on sm_90 at D = 64, where 641 is the shortest row of two heads that wraps it).
+#  - chapter 7's steps 7.7 and 7.8 (128-row query tiles at D = 64) split the keys 4 ways at every
+#    base length of two heads on 58 SMs, and 2 ways first at L = 984: without it their 2-way entries
+#    never run.
 # Every other kernel's loop unit (key tile x K/V stages: at most 64 x 3 = 192 keys) wraps inside
-# L = 200 already; tests/test_executor_kernels.py holds the grid to both claims.
-CPU_LONG_LENGTHS: dict[str, tuple[int, ...]] = {"04_cublas_hybrid": (300, 513, 520), "07_mma_split_ctas": (641,)}
+# L = 200 already; tests/test_executor_kernels.py holds the grid to these claims.
+CPU_LONG_LENGTHS: dict[str, tuple[int, ...]] = {"04_cublas_hybrid": (300, 513, 520), "07_mma_split_ctas": (641,),
+                                                "07_mma_two_row_blocks": (984,), "07_mma_across_heads": (984,)}
 
 
 def cpu_shapes(spec: KernelSpec) -> list[Shape]:
