@@ -240,6 +240,26 @@ def trace_jobs() -> int:
     return max(1, int(os.environ.get("ATTNLAB_TRACE_JOBS", os.cpu_count() or 1)))
 
 
+def _checked(kernel: str | KernelSpec, shape: Shape, causal: bool, arch: str | None) -> tuple[KernelSpec, Shape]:
+    """The kernel's build for `arch` and the shape, or AttentionInputError for a shape it cannot take."""
+    from ..kernels.contract import AttentionInputError, shape_problem
+
+    spec = registry.get(kernel, arch) if isinstance(kernel, str) else kernel
+    shape = Shape(*shape)
+    problem = shape_problem(spec, shape, causal)
+    if problem:
+        raise AttentionInputError(f"{spec.id}: {problem}")
+    return spec, shape
+
+
+def _cached(kind: str, spec: KernelSpec, shape: Shape, causal: bool, cta: int | None, seed: int,
+            sms: int | None, cache: bool):
+    """(the cache file of this count run, None without a cache; the trace it holds, else None)."""
+    path = _cache_file(kind + _launch_args(spec, shape, causal, cta, seed, sms)) if cache else None
+    found = _load(path) if path is not None and path.exists() else None
+    return path, found
+
+
 def trace(kernel: str | KernelSpec, shape: Shape = MISSION, causal: bool = False, cta: int | None = 0, *,
           arch: str | None = None, sms: int | None = None, seed: int = 0, cache: bool = True,
           jobs: int | None = None) -> Trace:
@@ -251,17 +271,12 @@ def trace(kernel: str | KernelSpec, shape: Shape = MISSION, causal: bool = False
     back in `findings`. A one-launch kernel's grid is split among `jobs` processes (default
     trace_jobs(): every core), which changes nothing in the counts. Raises AttentionInputError for a
     shape the kernel cannot take."""
-    from ..kernels.contract import AttentionInputError, shape_problem
     from ..pass_rule import make_inputs
     from .cpu import attention_cpu, cpu_label
 
-    spec = registry.get(kernel, arch) if isinstance(kernel, str) else kernel
-    shape = Shape(*shape)
-    problem = shape_problem(spec, shape, causal)
-    if problem:
-        raise AttentionInputError(f"{spec.id}: {problem}")
-    path = _cache_file(_launch_args(spec, shape, causal, cta, seed, sms)) if cache else None
-    if path is not None and path.exists() and (found := _load(path)) is not None:
+    spec, shape = _checked(kernel, shape, causal, arch)
+    path, found = _cached("", spec, shape, causal, cta, seed, sms, cache)
+    if found is not None:
         return found
     q, k, v = make_inputs(shape, seed, device="cpu")
     label = cpu_label(spec, arch)
@@ -302,21 +317,16 @@ def trace_one_head(kernel: str | KernelSpec, shape: Shape, causal: bool = False,
     The launch is the launcher's at the full shape (its grid and key split), so the counts are those
     of that launch, not of a one-head shape's. Raises ValueError for a launch whose heads are not
     grid y alone (one_head_grid)."""
-    from ..kernels.contract import AttentionInputError, shape_problem
     from ..pass_rule import make_inputs
     from .cpu import cpu_label
 
-    spec = registry.get(kernel, arch) if isinstance(kernel, str) else kernel
-    shape = Shape(*shape)
-    problem = shape_problem(spec, shape, causal)
-    if problem:
-        raise AttentionInputError(f"{spec.id}: {problem}")
-    found = one_head_grid(spec, shape, sms, causal)
-    if found is None:
+    spec, shape = _checked(kernel, shape, causal, arch)
+    grid = one_head_grid(spec, shape, sms, causal)
+    if grid is None:
         raise ValueError(f"{spec.id} at {shape.label()}: its launch does not put the heads on grid y alone")
-    gx, step = found
-    path = _cache_file("one head " + _launch_args(spec, shape, causal, 0, seed, sms)) if cache else None
-    if path is not None and path.exists() and (found := _load(path)) is not None:
+    gx, step = grid
+    path, found = _cached("one head ", spec, shape, causal, 0, seed, sms, cache)
+    if found is not None:
         found.heads_run = 1
         return found
     q, k, v = make_inputs(shape, seed, device="cpu")

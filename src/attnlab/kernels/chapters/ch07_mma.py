@@ -33,13 +33,17 @@ REGISTERS = {64: 160, 128: 232}
 # And of step 7.7's entries with two 16-row blocks per warp (D = 64 only): two CTAs of 128 threads
 # may hold 256 registers each, and ptxas takes nearly all of them.
 TWO_ROWS_REGISTERS = 248
+# The source's ATTN07_ENTRY lines: entry name -> its template arguments by parameter name.
+_ENTRIES = macro_calls(SOURCE, "ATTN07_ENTRY")
+
+
 # KV_SPLIT > 1 entries of 07_mma: split -> head dims (attn_fwd_07_mma_split{s}_d{D}), from the
 # source's ATTN07_ENTRY lines. A split runs where its slice of the key tile is whole 16-key MMA
 # steps: 4 at D = 128 needs the 64-key tile.
 def _split_entries(prefix: str) -> dict[int, tuple[int, ...]]:
     """split -> head dims of the source's entries named {prefix}_split{s}_d{D}."""
     out: dict[int, tuple[int, ...]] = {}
-    for name, args in macro_calls(SOURCE, "ATTN07_ENTRY").items():
+    for name, args in _ENTRIES.items():
         s = int(args["KV_SPLIT"])
         if s > 1 and name == f"{prefix}_split{s}_d{args['D']}":
             out[s] = out.get(s, ()) + (int(args["D"]),)
@@ -134,17 +138,15 @@ ONE_ROW_BLOCK = {64: 1, 128: 1}
 
 
 def geometry(config: dict, stages: int | None = None, split=None, row_blocks: dict = ONE_ROW_BLOCK,
-             split_entry=None) -> dict:
+             split_entries: dict[int, dict[int, str]] | None = None) -> dict:
     """Block, grid and shared memory of a build of `config`, and its key split: `split` fixes it
     (and the head dims are those whose tile it can split); None lets the launcher choose per shape,
     from the SM count of the GPU at hand. `row_blocks`: the 16-row query blocks each warp takes,
-    per head dim; `split_entry(s, D)`: the entry of split s at D (07_mma's without)."""
+    per head dim; `split_entries`: split -> (D -> entry) of the splits past 1 (07_mma's without)."""
     warps = config["ATTN07_WARPS"]
     bn, st = _tiles(config, stages)
-    split_entry = split_entry or (lambda s, D: f"attn_fwd_07_mma_split{s}_d{D}")
-    split_entries: dict[int, tuple[int, ...]] = {}
-    for s, dims in SPLIT_ENTRIES.items():
-        split_entries[s] = tuple(D for D in dims if split_entry(s, D) is not None)
+    if split_entries is None:
+        split_entries = {s: {D: f"attn_fwd_07_mma_split{s}_d{D}" for D in dims} for s, dims in SPLIT_ENTRIES.items()}
 
     def rows(s: Shape, k: int) -> int:  # query rows per CTA at split k
         return 16 * row_blocks[s.D] * warps // k
@@ -166,8 +168,8 @@ def geometry(config: dict, stages: int | None = None, split=None, row_blocks: di
                 "dynamic_smem": lambda s: at_split(s, kv_split(s))["dynamic_smem"],
                 "kv_split": kv_split, "at_split": at_split}
     if split is None:  # the entries of the splits this build's tiles can take, per head dim
-        geometry["entries_by_split"] = {s: {D: split_entry(s, D) for D in dims if s in splits_at(config, D, split_entries)}
-                                        for s, dims in split_entries.items()}
+        geometry["entries_by_split"] = {s: {D: e for D, e in by_d.items() if s in splits_at(config, D, split_entries)}
+                                        for s, by_d in split_entries.items()}
     elif split > 1:
         geometry["head_dims"] = frozenset(D for D in SPLIT_ENTRIES[split] if split in splits_at(config, D))
     return geometry
@@ -352,7 +354,6 @@ for _kid, _suffix, _stages, _title, _summary in (
 # the source; where a head dim has none, 07_mma's (the same template switches: step 7.7 at D = 128,
 # whose two row blocks' accumulators would pass 255 registers). The row blocks per head dim are
 # those of the source's ATTN07_ENTRY lines.
-_ENTRIES = macro_calls(SOURCE, "ATTN07_ENTRY")
 
 
 @dataclass(frozen=True)
@@ -368,14 +369,20 @@ class LaterStep:
     def row_blocks(self) -> dict[int, int]:
         return {D: int(_ENTRIES[e]["ROW_BLOCKS"]) for D, e in self.entries.items()}
 
-    def split_entry(self, s: int, D: int) -> str | None:
-        own = f"{self.prefix}_split{s}_d{D}"
-        if own in _ENTRIES:
-            return own
-        return f"attn_fwd_07_mma_split{s}_d{D}" if self.entries[D] == f"attn_fwd_07_mma_d{D}" else None
+    @property
+    def split_entries(self) -> dict[int, dict[int, str]]:
+        """split -> (D -> entry) of the key splits past 1 the step runs: its own entries, and
+        07_mma's at a head dim where the step runs 07_mma's."""
+        out: dict[int, dict[int, str]] = {}
+        for name, args in _ENTRIES.items():
+            s, D = int(args["KV_SPLIT"]), int(args["D"])
+            inherited = name == f"attn_fwd_07_mma_split{s}_d{D}" and self.entries[D] == f"attn_fwd_07_mma_d{D}"
+            if s > 1 and (name == f"{self.prefix}_split{s}_d{D}" or inherited):
+                out.setdefault(s, {})[D] = name
+        return {s: dict(sorted(out[s].items())) for s in sorted(out)}
 
     def geometry(self, config: dict) -> dict:
-        return geometry(config, row_blocks=self.row_blocks, split_entry=self.split_entry)
+        return geometry(config, row_blocks=self.row_blocks, split_entries=self.split_entries)
 
 
 # Step 7.7: each warp takes two 16-row query blocks (128-row CTAs at D = 64), and every K and V
@@ -387,8 +394,8 @@ ACROSS_HEADS = LaterStep("attn_fwd_07_mma_across_heads")
 
 for _kid, _step, _title, _summary, _extra in (
         ("07_mma_two_row_blocks", TWO_ROWS, "two row blocks per warp",
-         "two 16-row query blocks per warp at D = 64 (128-row CTAs): each K and V fragment read from shared "
-         "memory feeds the MMAs of both", {}),
+         "07_mma with two 16-row query blocks per warp at D = 64 (128-row CTAs): each K and V fragment read "
+         "from shared memory feeds the MMAs of both", {}),
         ("07_mma_across_heads", ACROSS_HEADS, "two row blocks, longest first across the heads",
          "step 7.7, and a causal grid launches every head's longest query tile before any head's next",
          {"causal_heads_first": True})):
@@ -400,7 +407,7 @@ for _kid, _step, _title, _summary, _extra in (
         **_step.geometry(TUNING.defaults),
         **COMMON,
         tuning=variant_tuning(_step.geometry),
-        summary=f"07_mma with {_summary}" if _kid == "07_mma_two_row_blocks" else _summary,
+        summary=_summary,
         conflict_free=("ldmatrix", "cp.async", "ld/st"),
         variant_of="07_mma",
         **_extra,
