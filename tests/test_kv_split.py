@@ -159,3 +159,66 @@ def test_a_launch_asks_for_the_sm_count_once(monkeypatch, kernel_id):
     assert len(asked) == (0 if kernel_id == "07_mma_nosplit" else 1)
     assert cfg["grid"] == spec.grid(MISSION) and cfg["dynamic_smem"] == spec.dynamic_smem(MISSION)
     assert cfg["entry"] == spec.entry_at(MISSION) and cfg["kv_split"] == (1 if kernel_id == "07_mma_nosplit" else 2)
+
+
+ROWS_THAT_FILL = [Shape(1, 8, 512, 64), Shape(1, 8, 512, 128), Shape(4, 16, 4096, 64), Shape(2, 16, 4096, 128),
+                  Shape(1, 2, 3000, 64), Shape(1, 2, 3100, 64), Shape(2, 3, 130, 64), Shape(1, 1, 17, 128)]
+
+
+@pytest.mark.parametrize("arch,sms", [("sm_89", 58), ("sm_90", 132), ("sm_80", 108)])
+def test_step_7_9_launches_step_7_8_where_its_unsplit_grid_fills_the_gpu_and_step_7_6_elsewhere(arch, sms):
+    """07_mma_rows_that_fill adds no entry: at every shape it launches exactly what one of its
+    alternatives launches, step 7.8's where 7.8's unsplit grid (128-row tiles at D = 64, 64 at
+    D = 128) covers SPLIT_FILL of the SMs, else step 7.6's with 7.6's key split."""
+    from attnlab.kernels.chapters.ch07_mma import SPLIT_FILL
+
+    spec = registry.get("07_mma_rows_that_fill", arch)
+    six, eight = registry.get("07_mma", arch), registry.get("07_mma_across_heads", arch)
+    for s in ROWS_THAT_FILL:
+        rows = 128 if s.D == 64 else 64
+        fills = -(-s.L // rows) * s.B * s.H >= SPLIT_FILL * sms
+        chosen = eight if fills else six
+        assert spec.runs(s, sms) is chosen, (arch, s)
+        assert spec.launch_config(s, sms) == chosen.launch_config(s, sms), (arch, s)
+        if fills:
+            assert spec.launch_config(s, sms)["kv_split"] == 1  # a grid that fills is never split
+    # The mission shape at D = 64: 32 CTAs of 128 rows fill neither GPU, so step 7.6's launch runs
+    # (unsplit on the L4, split two ways on an H100), not 7.8's four-way split.
+    assert spec.launch_config(MISSION, 58)["entry"] == "attn_fwd_07_mma_d64"
+    assert spec.launch_config(MISSION, 132)["entry"] == "attn_fwd_07_mma_split2_d64"
+    assert spec.launch_config(Shape(4, 16, 4096, 64), sms)["entry"] == "attn_fwd_07_mma_across_heads_d64"
+
+
+def test_step_7_9_builds_inspects_and_orders_what_its_alternatives_launch():
+    """Its entries are both alternatives' (the CPU build, the static inspection and the profiler
+    take them all), a chosen configuration reaches the alternative it launches, and the executor's
+    one-head counts follow the order of the launch it takes (interleaved heads only under 7.8's)."""
+    from attnlab.executor.trace import one_head_grid
+    from attnlab.kernels.static import launched_smem
+
+    spec = registry.get("07_mma_rows_that_fill", "sm_90")
+    for D in (64, 128):
+        assert spec.entries_at_head_dim(D) == list(dict.fromkeys(
+            registry.get("07_mma", "sm_90").entries_at_head_dim(D)
+            + registry.get("07_mma_across_heads", "sm_90").entries_at_head_dim(D)))
+    assert set(launched_smem(spec)) == set(launched_smem(registry.get("07_mma", "sm_90"))) | set(
+        launched_smem(registry.get("07_mma_across_heads", "sm_90")))
+    eight_warps = spec.with_config({"ATTN07_WARPS": 8})
+    assert eight_warps.runs(Shape(4, 16, 4096, 64), 132).config["ATTN07_WARPS"] == 8
+    large = Shape(4, 16, 4096, 64)
+    assert one_head_grid(spec, large, 132, causal=True) == (32, 64)  # 7.8's: CTA i takes head i % (B H)
+    assert one_head_grid(spec, Shape(1, 40, 256, 64), 132, causal=True) == (4, 1)  # 7.6's: a head's CTAs in a row
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_step_7_9_passes_the_cpu_check_where_it_takes_step_7_8s_launch(causal):
+    """The CPU suite's shapes are too small for step 7.8's grid to fill the L4's 58 SMs, so there
+    step 7.9 runs step 7.6's launch: here 47 heads of one 128-row tile each do fill it (47 >= 0.8 x
+    58), and step 7.9 runs step 7.8's entry, checked against the reference on the executor."""
+    from attnlab.executor import cpu
+
+    spec, shape = registry.get("07_mma_rows_that_fill", "sm_89"), Shape(1, 47, 100, 64)
+    assert spec.runs(shape, 58).id == "07_mma_across_heads"
+    assert spec.launch_config(shape, 58)["entry"] == "attn_fwd_07_mma_across_heads_d64"
+    case = cpu.check_case_cpu(spec, shape, causal, 0)
+    assert case.passed and not case.findings, case

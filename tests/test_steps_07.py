@@ -21,11 +21,27 @@ def test_the_steps_climb_to_the_chapters_kernel_and_past_it():
     assert len({s.kernel_id for s in STEPS_07}) == len(STEPS_07)
 
 
-@pytest.mark.parametrize("step", STEPS_07[1:], ids=lambda s: s.number)
+KERNEL_STEPS = [s for s in STEPS_07[1:] if s.rule is None]
+
+
+@pytest.mark.parametrize("step", KERNEL_STEPS, ids=lambda s: s.number)
 def test_each_step_sets_exactly_one_switch_more_than_the_step_before(step):
     before, after = steps.step_switches(steps.previous(step)), steps.step_switches(step)
     changed = [name for name in steps.SWITCHES if before[name] != after[name]]
     assert len(changed) == 1, f"{step.number} changes {changed}"
+
+
+@pytest.mark.parametrize("step", [s for s in STEPS_07 if s.rule is not None], ids=lambda s: s.number)
+def test_a_launcher_step_keeps_the_kernel_and_shows_its_rule(step):
+    """Step 7.9 changes which launch runs a shape, not the kernel: the same switches and code as the
+    step before, and its page shows the rule's Python in place of a kernel diff."""
+    from attnlab.book import climb
+
+    before = steps.previous(step)
+    assert steps.step_switches(before) == steps.step_switches(step)
+    assert steps.step_diff(before, step) == ""
+    block = climb.diff_block(step.number)
+    assert "```python\ndef " in block and steps.rule_source(step) in block and "```diff" not in block
 
 
 def test_the_first_step_has_every_technique_off_and_the_last_every_one_on():
@@ -36,7 +52,7 @@ def test_the_first_step_has_every_technique_off_and_the_last_every_one_on():
     assert last["KV_SPLIT"] > 1 and last["ROW_BLOCKS"] == 2 and last["ACROSS_HEADS"]
 
 
-@pytest.mark.parametrize("step", STEPS_07[1:], ids=lambda s: s.number)
+@pytest.mark.parametrize("step", KERNEL_STEPS, ids=lambda s: s.number)
 def test_each_diff_is_short_and_shows_the_switch_it_turns(step):
     diff = steps.step_diff(steps.previous(step), step)
     assert 0 < steps.changed_lines(diff) < 60, diff
@@ -91,7 +107,7 @@ def test_specialize_takes_the_branch_the_switches_choose():
 
 def test_an_unknown_step_is_a_clear_error():
     with pytest.raises(KeyError, match="no chapter-7 step"):
-        steps.step_source("7.9")
+        steps.step_source("7.99")
 
 
 # ---- the pages' reading of records (attnlab.book.climb) -----------------------------------------

@@ -41,6 +41,10 @@ def diff_block(number: str) -> str:
     """The step's diff against the step before, as a highlighted MyST block."""
     s = code.step_of(number)
     before = code.previous(s)
+    if s.rule is not None:
+        return (f"Step {s.number} changes no line of the kernel: it runs the entries of steps it already has, "
+                f"and changes which launch runs a shape. The launcher's rule, from "
+                f"`src/attnlab/kernels/chapters/ch07_mma.py`:\n\n```python\n{code.rule_source(s)}```")
     diff = code.step_diff(before, s)
     n = code.changed_lines(diff)
     return (f"The diff from step {before.number} (`{before.kernel_id}`), {n} changed lines, generated from "

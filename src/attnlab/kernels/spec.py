@@ -128,6 +128,13 @@ class KernelSpec:
     # i % (B H), every pair's longest tile first (chapter 7's step 7.8); otherwise pair y takes the
     # CTAs of grid row y. The executor's one-head counts follow it (attnlab.executor.trace).
     causal_heads_first: bool = False
+    # Kernels whose launcher picks, per shape, which of other registered kernels' launches runs the
+    # shape (chapter 7's step 7.9: two row blocks per warp only where their grid fills the GPU): the
+    # ids, each built from the same source with the same knobs, and choice(shape, sms=None) -> the
+    # index of the one that runs it (sms: as kv_split). Read a launch through runs(): its entry,
+    # grid, key split and order are the chosen kernel's. Empty: the spec's own launch.
+    alternatives: tuple[str, ...] = ()
+    choice: Callable[..., int] | None = field(default=None, hash=False, compare=False)
     # The architecture (sm_XY) whose tiles this build takes (for_arch); None: the source's own
     # constants, which are the L4's. `get` hands out every kernel built for the GPU at hand.
     arch: str | None = None
@@ -228,6 +235,23 @@ class KernelSpec:
         base = self.tuning.defaults_on(self.arch)
         return ", ".join(f"{n}={v}" for n, v in self.defines if v != base[n]) or "default"
 
+    def runs(self, shape: Shape, sms: int | None = None) -> "KernelSpec":
+        """The kernel whose launch runs `shape` (on the GPU at hand, or one of `sms` SMs): this one,
+        or for a kernel with `alternatives` the one its choice takes, built as this one is (the
+        same architecture's tiles and the same configuration)."""
+        if not self.alternatives:
+            return self
+        return self._alternative(self.alternatives[self.choice(shape, sms)])
+
+    def _alternative(self, kernel_id: str) -> "KernelSpec":
+        other = get(kernel_id, self.arch) if self.arch is not None else KERNELS[kernel_id]
+        return other if other.defines == self.defines else other.with_config(dict(self.defines))
+
+    def alternative_specs(self) -> list["KernelSpec"]:
+        """Every kernel whose launch may run a shape of this one, built as this one is (itself alone
+        without `alternatives`)."""
+        return [self._alternative(k) for k in self.alternatives] or [self]
+
     def entry_for(self, D: int) -> str:
         """The extern "C" entry point that runs head dim D (without a key split)."""
         return self.entries_by_head_dim[D] if self.entries_by_head_dim is not None else self.entry
@@ -235,13 +259,18 @@ class KernelSpec:
     def entry_at(self, shape: Shape, split: int | None = None) -> str:
         """The entry the launcher runs at `shape`: entry_for(D), or the entry of the key split it
         takes there on the GPU at hand (or of `split`)."""
+        if self.alternatives:
+            return self.runs(shape).entry_at(shape, split)
         split = self.kv_split(shape) if split is None else split
         if self.entries_by_split is not None and split != 1:
             return self.entries_by_split[split][shape.D]
         return self.entry_for(shape.D)
 
     def entries_at_head_dim(self, D: int) -> list[str]:
-        """Every entry that may run head dim D, one per key split (several splits may share one)."""
+        """Every entry that may run head dim D, one per key split (several splits may share one), of
+        every alternative."""
+        if self.alternatives:
+            return list(dict.fromkeys(e for alt in self.alternative_specs() for e in alt.entries_at_head_dim(D)))
         extra = [by_d[D] for by_d in (self.entries_by_split or {}).values() if D in by_d]
         return list(dict.fromkeys([self.entry_for(D)] + extra))
 
@@ -264,6 +293,8 @@ class KernelSpec:
         key split (1 for kernels without one), on the GPU at hand or on one of `sms` SMs, or with
         the key split `split` when it is given. Bench records keep it with each time;
         attnlab.records.fingerprint hashes it."""
+        if self.alternatives:
+            return self.runs(shape, sms).launch_config(shape, sms, split)
         split = self.kv_split(shape, sms) if split is None else split
         at = (self.at_split(shape, split) if self.at_split is not None
               else {"grid": self.grid(shape), "dynamic_smem": self.dynamic_smem(shape)})

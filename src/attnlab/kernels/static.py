@@ -234,6 +234,12 @@ def launched_smem(spec: KernelSpec) -> dict[str, int]:
     none). A source may hold other ids' entries too (chapter 7's ablations): they are not this id's."""
     from ..shapes import Shape
 
+    if spec.alternatives:  # what each kernel it may launch launches
+        out = {}
+        for alt in spec.alternative_specs():
+            for name, smem in launched_smem(alt).items():
+                out[name] = max(out.get(name, 0), smem)
+        return out
     dims = sorted(spec.head_dims) if spec.head_dims else [spec.max_head_dim]
     lengths = [1, 4096] if spec.max_len is None else [1, spec.max_len]
     out: dict[str, int] = {}

@@ -6,12 +6,14 @@ ONE_BARRIER, LONGEST_FIRST, KV_SPLIT, ROW_BLOCKS, ACROSS_HEADS), named once, in 
 The compiler drops the branches a switch turns off; `step_source` drops them the same way in the
 text, so a reader sees the kernel each step builds: the `if constexpr` branches that do not apply
 are gone, the ones that do are inlined, and `(SWITCH ? a : b)` is `a` or `b`. `step_diff` is the
-unified diff of two steps' code: the technique the later step adds, and nothing else.
+unified diff of two steps' code: the technique the later step adds, and nothing else. A step that
+changes the launcher instead (Step.rule) has the code of the step before and its rule's source.
 """
 from __future__ import annotations
 
 import ast
 import difflib
+import inspect
 import re
 
 from ..paths import kernels_dir
@@ -252,6 +254,12 @@ def step_diff(before: Step | str, after: Step | str, context: int = 2) -> str:
                                  fromfile=f"{a.number} {a.kernel_id}", tofile=f"{b.number} {b.kernel_id}",
                                  n=context)
     return "".join(lines)
+
+
+def rule_source(step: Step | str) -> str | None:
+    """The code of a launcher step's rule (Step.rule), as the module has it; None for a kernel step."""
+    s = step_of(step)
+    return inspect.getsource(s.rule) if s.rule is not None else None
 
 
 def changed_lines(diff: str) -> int:

@@ -414,6 +414,48 @@ for _kid, _step, _title, _summary, _extra in (
     ))
 
 
+# Step 7.9: two row blocks pay where their unsplit grid fills the GPU and cost where the launcher
+# must split their keys four ways to fill it (step 7.7's page). The launcher takes step 7.8's
+# launch where its unsplit grid covers SPLIT_FILL of the SMs, and step 7.6's (one row block, with
+# its key split) where it does not: the same test the split rule makes, asked one row block sooner.
+ROWS_THAT_FILL = ("07_mma", "07_mma_across_heads")
+
+
+def rows_that_fill_geometry(config: dict) -> dict:
+    """The launch of each alternative of ROWS_THAT_FILL for a build of `config`, and the choice."""
+    one, two = geometry(config), ACROSS_HEADS.geometry(config)
+    warps = config["ATTN07_WARPS"]
+
+    def choice(s: Shape, sms: int | None = None) -> int:
+        ctas = cdiv(s.L, 16 * ACROSS_HEADS.row_blocks[s.D] * warps) * s.B * s.H  # step 7.8's, unsplit
+        return 1 if ctas >= SPLIT_FILL * _sms(sms) else 0
+
+    def pick(s: Shape, sms: int | None = None) -> dict:
+        return (one, two)[choice(s, sms)]
+
+    return {"block": two["block"], "grid": lambda s: pick(s)["grid"](s),
+            "dynamic_smem": lambda s: pick(s)["dynamic_smem"](s),
+            "kv_split": lambda s, sms=None: pick(s, sms)["kv_split"](s, sms),
+            "at_split": lambda s, k: pick(s)["at_split"](s, k),
+            "entries_by_split": two["entries_by_split"], "choice": choice}
+
+
+register(KernelSpec(
+    id="07_mma_rows_that_fill",
+    title="Swizzle + double buffer, two row blocks where they fill the GPU",
+    entry=ACROSS_HEADS.entries[64],
+    entries_by_head_dim=ACROSS_HEADS.entries,
+    **rows_that_fill_geometry(TUNING.defaults),
+    **COMMON,
+    tuning=variant_tuning(rows_that_fill_geometry),
+    alternatives=ROWS_THAT_FILL,
+    summary="step 7.8 where its unsplit grid fills the GPU, step 7.6's launch (one row block, its key split) "
+            "where it does not",
+    conflict_free=("ldmatrix", "cp.async", "ld/st"),
+    variant_of="07_mma",
+))
+
+
 @dataclass(frozen=True)
 class Step:
     """One step of chapter 7's climb: the kernel that adds `technique` to the step before it."""
@@ -421,10 +463,13 @@ class Step:
     kernel_id: str
     technique: str     # what this step adds, as the page's title says it
     page: str          # the notebook under book/ (without .ipynb)
+    # A step that changes the launcher, not the kernel: the function whose code is the change (its
+    # kernel code is the step before's). None: the step is a template switch of the source.
+    rule: Callable | None = None
 
 
-# Chapter 7 in steps, each one template switch of kernels/07_mma_swizzle.cu away from the one before
-# (attnlab.kernels.steps shows each step's code and its diff); the last is the chapter's kernel.
+# Chapter 7 in steps, each one template switch of kernels/07_mma_swizzle.cu away from the one before,
+# or one launcher rule (attnlab.kernels.steps shows each step's code and its diff).
 STEPS_07: tuple[Step, ...] = (
     Step("7.1", "07_mma_plain", "mma.sync, ldmatrix and P in registers", "ch07_1_mma"),
     Step("7.2", "07_mma_longest_first", "The longest query tiles first", "ch07_2_longest_first"),
@@ -434,6 +479,8 @@ STEPS_07: tuple[Step, ...] = (
     Step("7.6", "07_mma", "The keys split to fill the GPU", "ch07_6_key_split"),
     Step("7.7", "07_mma_two_row_blocks", "Two query row blocks per warp", "ch07_7_two_row_blocks"),
     Step("7.8", "07_mma_across_heads", "The longest query tiles first across the heads", "ch07_8_across_heads"),
+    Step("7.9", "07_mma_rows_that_fill", "Two row blocks where they fill the GPU", "ch07_9_rows_that_fill",
+         rule=rows_that_fill_geometry),
 )
 
 
