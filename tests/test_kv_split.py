@@ -148,7 +148,7 @@ def test_the_runner_launches_the_partials_then_the_combine(monkeypatch, sms, lau
     assert split_ctas.scratch_bytes(MISSION, 2) == 4 * 2 * 8 * 512 * 66
 
 
-@pytest.mark.parametrize("kernel_id", ["07_mma", "07_mma_split_ctas", "07_mma_nosplit"])
+@pytest.mark.parametrize("kernel_id", ["07_mma", "07_mma_split_ctas", "07_mma_nosplit", "07_mma_rows_that_fill"])
 def test_a_launch_asks_for_the_sm_count_once(monkeypatch, kernel_id):
     """launch_config is on every launch's path: the split is taken once, and grid, shared memory and
     entry follow from it (they agree with the spec's own functions)."""
@@ -162,7 +162,7 @@ def test_a_launch_asks_for_the_sm_count_once(monkeypatch, kernel_id):
 
 
 ROWS_THAT_FILL = [Shape(1, 8, 512, 64), Shape(1, 8, 512, 128), Shape(4, 16, 4096, 64), Shape(2, 16, 4096, 128),
-                  Shape(1, 2, 3000, 64), Shape(1, 2, 3100, 64), Shape(2, 3, 130, 64), Shape(1, 1, 17, 128)]
+                  Shape(2, 3, 130, 64), Shape(1, 1, 17, 128)]
 
 
 @pytest.mark.parametrize("arch,sms", [("sm_89", 58), ("sm_90", 132), ("sm_80", 108)])
@@ -174,7 +174,10 @@ def test_step_7_9_launches_step_7_8_where_its_unsplit_grid_fills_the_gpu_and_ste
 
     spec = registry.get("07_mma_rows_that_fill", arch)
     six, eight = registry.get("07_mma", arch), registry.get("07_mma_across_heads", arch)
-    for s in ROWS_THAT_FILL:
+    edge = int(SPLIT_FILL * sms)  # the most heads of one 128-row (D = 64) or 64-row (D = 128) tile that do not fill
+    edges = [Shape(1, edge, 128, 64), Shape(1, edge + 1, 128, 64), Shape(1, edge, 64, 128), Shape(1, edge + 1, 64, 128),
+             Shape(1, edge // 2, 129, 64), Shape(1, edge // 2 + 1, 129, 64)]  # 129 rows: two tiles a head
+    for s in ROWS_THAT_FILL + edges:
         rows = 128 if s.D == 64 else 64
         fills = -(-s.L // rows) * s.B * s.H >= SPLIT_FILL * sms
         chosen = eight if fills else six
@@ -182,6 +185,7 @@ def test_step_7_9_launches_step_7_8_where_its_unsplit_grid_fills_the_gpu_and_ste
         assert spec.launch_config(s, sms) == chosen.launch_config(s, sms), (arch, s)
         if fills:
             assert spec.launch_config(s, sms)["kv_split"] == 1  # a grid that fills is never split
+    assert [spec.runs(s, sms).id for s in edges] == ["07_mma", "07_mma_across_heads"] * 3
     # The mission shape at D = 64: 32 CTAs of 128 rows fill neither GPU, so step 7.6's launch runs
     # (unsplit on the L4, split two ways on an H100), not 7.8's four-way split.
     assert spec.launch_config(MISSION, 58)["entry"] == "attn_fwd_07_mma_d64"
@@ -201,10 +205,16 @@ def test_step_7_9_builds_inspects_and_orders_what_its_alternatives_launch():
         assert spec.entries_at_head_dim(D) == list(dict.fromkeys(
             registry.get("07_mma", "sm_90").entries_at_head_dim(D)
             + registry.get("07_mma_across_heads", "sm_90").entries_at_head_dim(D)))
-    assert set(launched_smem(spec)) == set(launched_smem(registry.get("07_mma", "sm_90"))) | set(
-        launched_smem(registry.get("07_mma_across_heads", "sm_90")))
+    six, eight = launched_smem(registry.get("07_mma", "sm_90")), launched_smem(registry.get("07_mma_across_heads", "sm_90"))
+    assert launched_smem(spec) == {e: max(six.get(e, 0), eight.get(e, 0)) for e in {**six, **eight}}
     eight_warps = spec.with_config({"ATTN07_WARPS": 8})
-    assert eight_warps.runs(Shape(4, 16, 4096, 64), 132).config["ATTN07_WARPS"] == 8
+    for s, kid in ((Shape(4, 16, 4096, 64), "07_mma_across_heads"), (MISSION, "07_mma")):
+        ran = eight_warps.runs(s, 132)
+        assert ran.id == kid and ran.config == {**registry.get(kid, "sm_90").config, "ATTN07_WARPS": 8}
+    # the shared memory of either launch must fit: 8 warps of two row blocks at D = 64 double the Q tile
+    assert eight_warps.config_problems(64, "sm_90") == list(dict.fromkeys(
+        registry.get("07_mma", "sm_90").with_config({"ATTN07_WARPS": 8}).config_problems(64, "sm_90")
+        + registry.get("07_mma_across_heads", "sm_90").with_config({"ATTN07_WARPS": 8}).config_problems(64, "sm_90")))
     large = Shape(4, 16, 4096, 64)
     assert one_head_grid(spec, large, 132, causal=True) == (32, 64)  # 7.8's: CTA i takes head i % (B H)
     assert one_head_grid(spec, Shape(1, 40, 256, 64), 132, causal=True) == (4, 1)  # 7.6's: a head's CTAs in a row
@@ -212,13 +222,15 @@ def test_step_7_9_builds_inspects_and_orders_what_its_alternatives_launch():
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_step_7_9_passes_the_cpu_check_where_it_takes_step_7_8s_launch(causal):
-    """The CPU suite's shapes are too small for step 7.8's grid to fill the L4's 58 SMs, so there
-    step 7.9 runs step 7.6's launch: here 47 heads of one 128-row tile each do fill it (47 >= 0.8 x
-    58), and step 7.9 runs step 7.8's entry, checked against the reference on the executor."""
+    """The CPU suite's shapes are too small for step 7.8's grid to fill a GPU, so there step 7.9
+    runs step 7.6's launch: here 120 heads of one 128-row tile each fill it, and step 7.9 runs step
+    7.8's entry, checked against the reference on the executor."""
     from attnlab.executor import cpu
 
-    spec, shape = registry.get("07_mma_rows_that_fill", "sm_89"), Shape(1, 47, 100, 64)
-    assert spec.runs(shape, 58).id == "07_mma_across_heads"
-    assert spec.launch_config(shape, 58)["entry"] == "attn_fwd_07_mma_across_heads_d64"
+    # 120 heads of one tile fill 0.8 x the SMs of any GPU up to 150 SMs, the one at hand included:
+    # the check launches as the GPU at hand would
+    spec, shape = registry.get("07_mma_rows_that_fill", "sm_89"), Shape(1, 120, 100, 64)
+    assert spec.runs(shape).id == "07_mma_across_heads"
+    assert spec.launch_config(shape)["entry"] == "attn_fwd_07_mma_across_heads_d64"
     case = cpu.check_case_cpu(spec, shape, causal, 0)
     assert case.passed and not case.findings, case

@@ -207,6 +207,8 @@ class KernelSpec:
         fewer CTAs share an SM than the `min_ctas` knob promises. Empty when it can. Name `arch`
         where the target is not the GPU at hand: a build whose tiles are the source's own carries no
         architecture of its own."""
+        if self.alternatives:  # whichever the launcher chooses must be able to run
+            return list(dict.fromkeys(p for alt in self.alternative_specs() for p in alt.config_problems(D, arch)))
         if self.tuning is None:
             return []
         from ..gpus import SM_LIMITS, arch_at_hand, occupancy
@@ -260,7 +262,7 @@ class KernelSpec:
         """The entry the launcher runs at `shape`: entry_for(D), or the entry of the key split it
         takes there on the GPU at hand (or of `split`)."""
         if self.alternatives:
-            return self.runs(shape).entry_at(shape, split)
+            return self.launch_config(shape, split=split)["entry"]
         split = self.kv_split(shape) if split is None else split
         if self.entries_by_split is not None and split != 1:
             return self.entries_by_split[split][shape.D]
@@ -293,7 +295,10 @@ class KernelSpec:
         key split (1 for kernels without one), on the GPU at hand or on one of `sms` SMs, or with
         the key split `split` when it is given. Bench records keep it with each time;
         attnlab.records.fingerprint hashes it."""
-        if self.alternatives:
+        if self.alternatives:  # the SM count once, for the choice and the chosen kernel's split
+            if sms is None:
+                from ..gpus import sm_count
+                sms = sm_count()[0]
             return self.runs(shape, sms).launch_config(shape, sms, split)
         split = self.kv_split(shape, sms) if split is None else split
         at = (self.at_split(shape, split) if self.at_split is not None

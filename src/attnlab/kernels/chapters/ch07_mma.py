@@ -422,7 +422,9 @@ ROWS_THAT_FILL = ("07_mma", "07_mma_across_heads")
 
 
 def rows_that_fill_geometry(config: dict) -> dict:
-    """The launch of each alternative of ROWS_THAT_FILL for a build of `config`, and the choice."""
+    """The launch of each alternative of ROWS_THAT_FILL for a build of `config`, and the choice
+    (grid, dynamic_smem and at_split: the choice on the GPU at hand; launch_config takes another
+    GPU's SM count through KernelSpec.runs)."""
     one, two = geometry(config), ACROSS_HEADS.geometry(config)
     warps = config["ATTN07_WARPS"]
 
