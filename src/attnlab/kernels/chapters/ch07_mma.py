@@ -426,11 +426,10 @@ def rows_that_fill_geometry(config: dict) -> dict:
     (grid, dynamic_smem and at_split: the choice on the GPU at hand; launch_config takes another
     GPU's SM count through KernelSpec.runs)."""
     one, two = geometry(config), ACROSS_HEADS.geometry(config)
-    warps = config["ATTN07_WARPS"]
 
     def choice(s: Shape, sms: int | None = None) -> int:
-        ctas = cdiv(s.L, 16 * ACROSS_HEADS.row_blocks[s.D] * warps) * s.B * s.H  # step 7.8's, unsplit
-        return 1 if ctas >= SPLIT_FILL * _sms(sms) else 0
+        gx, gy, _ = two["at_split"](s, 1)["grid"]  # step 7.8's grid, unsplit
+        return 1 if gx * gy >= SPLIT_FILL * _sms(sms) else 0
 
     def pick(s: Shape, sms: int | None = None) -> dict:
         return (one, two)[choice(s, sms)]
