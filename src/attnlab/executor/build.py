@@ -43,7 +43,10 @@ COMMON_FLAGS = (CXX_STANDARD, "-O1", "-gdwarf-4", "-fPIC", "-fno-omit-frame-poin
 # one of a constant size past the instrumentation, unseen (the executor's headers say
 # __builtin_memcpy where they move a value's bits). -U_FORTIFY_SOURCE: a compiler that fortifies
 # by default (Ubuntu's) would call __memcpy_chk instead.
-KERNEL_FLAGS = ("-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0", "-fno-tree-sra",
+# -fsanitize-coverage=trace-pc: every basic block first calls __sanitizer_cov_trace_pc, by which
+# the runtime counts on how many trips of each loop each block ran (runtime/trips.cpp).
+KERNEL_FLAGS = ("-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0", "-fsanitize-coverage=trace-pc",
+                "-fno-tree-sra",
                 "-fno-builtin-memcpy", "-fno-builtin-memset", "-fno-builtin-memmove", "-U_FORTIFY_SOURCE",
                 # A thread's stack is a fiber's 256 KiB (runtime.h): a larger frame fails the build,
                 # naming its function, rather than the process at run time.

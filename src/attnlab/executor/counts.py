@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from .build import source_lines
+from .trips import EntryBlocks
 
 # runtime.h SiteKind, in order.
 SITE_KINDS = ("shared load", "shared store", "global load", "global store", "ldmatrix", "cp.async", "mma.sync",
@@ -74,6 +75,10 @@ class LaunchCounts:
     # for merging the counts of launches that each ran a share of one grid (attnlab.executor.trace):
     site_pcs: list[int] = field(default_factory=list)  # each site's instruction, as a module offset
     touched: list[np.ndarray] | None = None            # per buffer, per byte: 1 read, 2 written
+    # per block (CTA), per (basic block, loop) pair of trip_blocks.pairs: on how many trips of the
+    # loop the CTA's warps ran the basic block, summed over warps (runtime/trips.cpp)
+    trip_runs: np.ndarray | None = None
+    trip_blocks: EntryBlocks | None = None
 
     def block_field(self, name: str) -> np.ndarray:
         return self.blocks[:, BLOCK_FIELDS.index(name)]
@@ -101,6 +106,11 @@ def declare(lib) -> None:
     lib.attn_cpu_touched.restype = ctypes.c_long
     lib.attn_cpu_touched.argtypes = [ctypes.c_long, ctypes.c_void_p, ctypes.c_long]
     lib.attn_cpu_set_block_range.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_long]
+    lib.attn_cpu_set_trip_sites.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p,
+                                            ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+    lib.attn_cpu_trip_runs.restype = ctypes.c_long
+    lib.attn_cpu_trip_runs.argtypes = [ctypes.c_void_p, ctypes.c_long]
+    lib.attn_cpu_trip_pairs.restype = ctypes.c_long
 
 
 def _touched(lib, buffers: int) -> list[np.ndarray]:
@@ -113,10 +123,19 @@ def _touched(lib, buffers: int) -> list[np.ndarray]:
     return out
 
 
+def _trip_runs(lib, blocks: int) -> np.ndarray:
+    pairs = lib.attn_cpu_trip_pairs()
+    out = np.zeros((blocks, pairs), np.uint32)
+    if out.size and lib.attn_cpu_trip_runs(None, 0) == blocks:
+        lib.attn_cpu_trip_runs(out.ctypes.data, blocks)
+    return out.astype(np.int64)
+
+
 def read_counts(lib, path: Path, entry: str, grid, block, trace_block: int | None,
-                touched: bool = False) -> LaunchCounts:
+                touched: bool = False, trip_blocks: EntryBlocks | None = None) -> LaunchCounts:
     """The counts of the launch `lib` (a ctypes.CDLL of a kernel library, declare()d) just ran;
-    `touched`, with each buffer's bytes as the launch touched them (to merge shares of a grid)."""
+    `touched`, with each buffer's bytes as the launch touched them (to merge shares of a grid);
+    `trip_blocks`, the basic blocks it counted trips for (attnlab.executor.trips)."""
     raw_sites = _array(lib, "attn_cpu_sites", 7)
     places = source_lines(path, [int(r[0]) for r in raw_sites])
     sites = [SiteCount(places.get(int(r[0]), "?"), SITE_KINDS[int(r[1])], *(int(x) for x in r[2:])) for r in raw_sites]
@@ -131,4 +150,5 @@ def read_counts(lib, path: Path, entry: str, grid, block, trace_block: int | Non
     return LaunchCounts(entry, tuple(grid), tuple(block), sites, blocks, distinct, events,
                         trace_block, bool(lib.attn_cpu_trace_truncated()),
                         site_pcs=[int(r[0]) for r in raw_sites],
-                        touched=_touched(lib, len(distinct)) if touched else None)
+                        touched=_touched(lib, len(distinct)) if touched else None,
+                        trip_runs=_trip_runs(lib, len(blocks)) if trip_blocks is not None else None, trip_blocks=trip_blocks)

@@ -11,8 +11,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from .build import build_library, source_lines
 from .counts import LaunchCounts, declare, read_counts
+from .trips import EntryBlocks, entry_blocks
 
 # Launch options (runtime/runtime.h).
 OPT_RACES = 1
@@ -199,16 +202,31 @@ class Library:
         self._lib.attn_cpu_set_trace_block(ctypes.c_long(-1 if trace_block is None else int(trace_block)))
         lo, hi, step = (tuple(block_range) + (1,))[:3] if block_range is not None else (0, -1, 1)
         self._lib.attn_cpu_set_block_range(lo, hi, step)
+        blocks = self._count_trips(entry) if count else None
         try:
             rc = self._lib.attn_cpu_launch(thunk, argv, *grid, *block, int(shared_bytes), int(seed) & (2**64 - 1),
                                            options, float(time_limit))
         finally:
             self._lib.attn_cpu_set_block_range(0, -1, 1)
         counts = [read_counts(self._lib, self.path, entry, grid, block, trace_block,
-                              touched=block_range is not None)] if count else []
+                              touched=block_range is not None, trip_blocks=blocks)] if count else []
         names = [BufferInfo(*b) for b in buffers] if buffers is not None else list(self.buffers)
         return LaunchReport(completed=rc == 0, findings=self._findings(names), banks=self._banks(), counts=counts,
                             stdout=self._text(self._lib.attn_cpu_stdout))
+
+    def _count_trips(self, entry: str) -> EntryBlocks:
+        """Give the runtime the blocks `entry` reaches and the loops they lie in (attnlab.executor.trips),
+        so that a counted launch counts on how many trips of each loop each block ran."""
+        blocks = entry_blocks(self.path, entry)
+        n = len(blocks.offsets)
+        ends_first = np.cumsum([0] + [len(e) for e in blocks.ends], dtype=np.int32)
+        in_first = np.cumsum([0] + [len(w) for w in blocks.within], dtype=np.int32)
+        arrays = (np.asarray(blocks.offsets, np.uint64), ends_first,
+                  np.asarray([h for e in blocks.ends for h in e] or [0], np.int32), in_first,
+                  np.asarray([h for w in blocks.within for h in w] or [0], np.int32))
+        self._lib.attn_cpu_set_trip_sites(*[a.ctypes.data for a in arrays[:1]], n,
+                                          *[a.ctypes.data for a in arrays[1:]], len(blocks.loops))
+        return blocks
 
     def _mark_read_only(self, sig: str, args) -> None:
         """Tell the runtime which buffers this launch reaches only through pointers to const ('P'):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -25,8 +25,9 @@ from ..kernels import registry
 from ..kernels.registry import KernelSpec
 from ..shapes import MISSION, Shape
 from .counts import BLOCK_FIELDS, EVENT_DTYPE, UNIT_OF, LaunchCounts, SiteCount
+from .trips import EntryBlocks
 
-CACHE_VERSION = 3
+CACHE_VERSION = 4
 MMA_FLOPS = 2 * 16 * 8 * 16  # one mma.sync.m16n8k16: the unit tensor-core work is counted in
 
 # The counts a trace totals, in the order they are shown: key, what it counts, unit.
@@ -129,9 +130,11 @@ def _save(path, t: Trace) -> None:
             "findings": t.findings,
             "launches": [{"entry": c.entry, "grid": list(c.grid), "block": list(c.block), "sites": [list(s.__dict__.values()) for s in c.sites],
                           "distinct": c.distinct, "traced_block": c.traced_block, "truncated": c.truncated,
-                          "buffers": c.buffers} for c in t.launches]}
+                          "buffers": c.buffers,
+                          "trip_blocks": None if c.trip_blocks is None else asdict(c.trip_blocks)} for c in t.launches]}
     arrays = {f"blocks{i}": c.blocks for i, c in enumerate(t.launches)}
     arrays.update({f"events{i}": c.events for i, c in enumerate(t.launches)})
+    arrays.update({f"trips{i}": c.trip_runs for i, c in enumerate(t.launches) if c.trip_runs is not None})
     tmp = path.with_suffix(".tmp.npz")
     np.savez(tmp, meta=np.array(json.dumps(meta)), **arrays)
     tmp.replace(path)
@@ -143,12 +146,24 @@ def _load(path) -> Trace | None:
             meta = json.loads(str(data["meta"]))
             launches = [LaunchCounts(m["entry"], tuple(m["grid"]), tuple(m["block"]), [SiteCount(*s) for s in m["sites"]],
                                      data[f"blocks{i}"], [tuple(d) for d in m["distinct"]], data[f"events{i}"],
-                                     m["traced_block"], m["truncated"], m["buffers"])
+                                     m["traced_block"], m["truncated"], m["buffers"],
+                                     trip_runs=data[f"trips{i}"] if f"trips{i}" in data else None,
+                                     trip_blocks=_entry_blocks(m.get("trip_blocks")))
                         for i, m in enumerate(meta["launches"])]
     except (OSError, KeyError, ValueError):
         return None
     return Trace(meta["kernel"], Shape(*meta["shape"]), meta["causal"], meta["cta"], launches, meta["completed"],
                  meta["findings"])
+
+
+def _entry_blocks(saved: dict | None) -> EntryBlocks | None:
+    """An EntryBlocks from its JSON form (lists where it has tuples)."""
+    if saved is None:
+        return None
+    def tuples(x):
+        return tuple(tuples(y) for y in x) if isinstance(x, list) else x
+
+    return EntryBlocks(**{k: tuples(v) for k, v in saved.items()})
 
 
 def _share(blocks: tuple[int, int, int]):
@@ -202,7 +217,9 @@ def _merge_shares(shares: list[LaunchCounts]) -> LaunchCounts:
         distinct.append((int((union & 1).sum()), int((union >> 1 & 1).sum())))
     return LaunchCounts(traced.entry, traced.grid, traced.block, [SiteCount(*r) for r in sites],
                         sum(c.blocks for c in shares), distinct, events, traced.traced_block,
-                        traced.truncated, traced.buffers, [pc for pc, _ in index])
+                        traced.truncated, traced.buffers, [pc for pc, _ in index],
+                        trip_runs=None if traced.trip_runs is None else sum(c.trip_runs for c in shares),
+                        trip_blocks=traced.trip_blocks)
 
 
 def _run_sharded(spec: KernelSpec, label: str, shape: Shape, causal: bool, cta: int | None, seed: int,
@@ -336,12 +353,17 @@ def trace_one_head(kernel: str | KernelSpec, shape: Shape, causal: bool = False,
                                              min(jobs or trace_jobs(), gx), gx, step)
     heads = shape.B * shape.H
     ran = head.blocks[0: gx * step: step]  # the first pair's CTAs, in launch order
-    blocks = np.tile(ran, (heads, 1)) if step == 1 else np.repeat(ran, heads, axis=0)
+    def every_head(per_block):
+        return np.tile(per_block, (heads, 1)) if step == 1 else np.repeat(per_block, heads, axis=0)
+
+    blocks = every_head(ran)
+    trips = None if head.trip_runs is None else every_head(head.trip_runs[0: gx * step: step])
     counts = LaunchCounts(head.entry, head.grid, head.block,
                           [SiteCount(s.where, s.kind, *(heads * x for x in (s.lanes, s.requests, s.bytes, s.units, s.ideal)))
                            for s in head.sites],
                           blocks, [(heads * r, heads * w) for r, w in head.distinct],
-                          head.events, head.traced_block, head.truncated, head.buffers)
+                          head.events, head.traced_block, head.truncated, head.buffers,
+                          trip_runs=trips, trip_blocks=head.trip_blocks)
     result = Trace(label, shape, bool(causal), 0, [counts], completed, findings, heads_run=1)
     if path is not None and result.completed:
         _save(path, result)

@@ -80,6 +80,7 @@ ATTN_API int attn_cpu_launch(void (*thunk)(void**), void** args, unsigned gx, un
     shadow_reset_launch();
     g.trace_block = trace_block;
     instrument_launch_begin((unsigned long)gx * gy * gz);
+    trips_launch_begin((unsigned long)gx * gy * gz);
     set_kernel(thunk, args);
     for (int i = 0; i < g.nthreads; ++i) g.threads[i].vc = clocks.data() + (size_t)i * MAX_THREADS;
     watchdog_arm();
@@ -101,7 +102,9 @@ ATTN_API int attn_cpu_launch(void (*thunk)(void**), void** args, unsigned gx, un
                 if ((options & OPT_COUNT) && (long)g.block_linear == trace_block)
                     g.rng = (seed ^ ((uint64_t)g.block_linear + 1) * 0x9e3779b97f4a7c15ull) * 0x2545f4914f6cdd1dull + 1;
                 instrument_block_begin();
+                trips_block_begin();
                 run_block();
+                trips_block_end();
             }
     g.cur = nullptr;
     watchdog_disarm();

@@ -298,6 +298,10 @@ void count_site(int kind, void* pc, long long lanes, long long requests, long lo
 void count_global_bytes(int buffer, size_t offset, unsigned size, bool write);
 void count_tensor_flops(long flops);
 void trace_access(Thread& t, int buffer, uint64_t offset, unsigned size, bool write, void* pc);
+// trips.cpp (no-ops without OPT_COUNT or without the blocks to count)
+void trips_launch_begin(unsigned long blocks);
+void trips_block_begin();
+void trips_block_end();
 void trace_event(Thread& t, int kind, void* pc, uint64_t offset, unsigned bytes, int arg, int buffer = -2,
                  unsigned extra = 0);
 void trace_warp_event(int warp, int kind, void* pc, int arg = 0);
