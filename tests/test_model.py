@@ -105,47 +105,122 @@ def test_hybrid_adds_its_gemms_and_their_launches():
     assert next(b for b in p.bounds if b.resource == "fp32 FMA").time_us == 0
 
 
-def test_issue_bound_is_loop_instructions_times_trips_over_four_schedulers():
-    """A planted loop of 500 SASS instructions holding 64 HMMA, 300 outside it: a CTA of 4 warps
-    that ran 2048 HMMA issues 500 x 32 + 300 x 4 warp instructions, at 4 per SM-clock."""
+def _with_trips(t: Trace, runs: dict[str, int]) -> Trace:
+    """`t` with a planted trip count: one basic block per line of `runs` ("k.cu:N" -> the trips of
+    loop k.cu:3 its warps ran it on, summed over warps), the same in every CTA."""
+    from attnlab.executor.trips import EntryBlocks
+
+    launch = t.launches[0]
+    lines = list(runs)
+    launch.trip_blocks = EntryBlocks(tuple(range(len(lines))), tuple(((line, 1),) for line in lines), ("k.cu:3",),
+                                     tuple(() for _ in lines), tuple((0,) for _ in lines))
+    launch.trip_runs = np.tile(np.array([runs[line] for line in lines], np.int64), (len(launch.blocks), 1))
+    return t
+
+
+def test_issue_bound_counts_each_loop_instruction_on_the_trips_its_line_ran():
+    """A planted loop of 500 SASS instructions: 20 with no line in the body (every trip), 400 at a
+    line run on all 32 warp-trips of a CTA, 80 at a guarded line run on 4 of them; 300 outside it.
+    A CTA of 4 warps issues 20 x 32 + 400 x 32 + 80 x 4 + 300 x 4 warp instructions, at 4 per SM-clock."""
     from attnlab.model import issue
 
-    loop = issue.LoopShape("k", L4.arch, "HMMA", 64, 500, 300)
-    t = _trace(L4.sms, tensor_flops=2048 * MMA_FLOPS)
-    issued = issue.warp_instructions(loop, t.per_cta("tensor_flops"), t.per_cta("exps"), warps=4)
-    assert issued == pytest.approx(np.full(L4.sms, 500 * 32 + 300 * 4))
+    loop = issue.LoopShape("k", L4.arch, "HMMA", 64, 500, 300, head="k.cu:3",
+                           parts=((None, 20), ("k.cu:5", 400), ("k.cu:9", 80)))
+    t = _with_trips(_trace(L4.sms, tensor_flops=2048 * MMA_FLOPS), {"k.cu:5": 32, "k.cu:9": 4})
+    issued = issue.warp_instructions(loop, t.launches[0], warps=4)
+    want = 20 * 32 + 400 * 32 + 80 * 4 + 300 * 4
+    assert issued == pytest.approx(np.full(L4.sms, want))
     hz = bounds.clock_ghz(L4) * 1e9
     got = next(b for b in bounds.bounds_of(t, L4, 1, issue=(issued, loop)) if b.resource == "instruction issue")
-    assert got.time_us == pytest.approx((500 * 32 + 300 * 4) / (4 * hz) * 1e6)
-    # MUFU.EX2 as the marker: one per 32 lanes' exponentials
-    mufu = issue.LoopShape("k", L4.arch, "MUFU.EX2", 8, 100, 50)
-    t = _trace(1, exps=32 * 8 * 10)
-    assert issue.warp_instructions(mufu, t.per_cta("tensor_flops"), t.per_cta("exps"), warps=4)[0] == 100 * 10 + 50 * 4
+    assert got.time_us == pytest.approx(want / (4 * hz) * 1e6)
+    # A line the CPU build has no block for runs on every trip (the busiest block's).
+    loop = issue.LoopShape("k", L4.arch, "HMMA", 64, 500, 300, head="k.cu:3", parts=((None, 20), ("k.cu:7", 480)))
+    assert issue.warp_instructions(loop, t.launches[0], warps=4)[0] == 500 * 32 + 300 * 4
 
 
 def test_issue_bound_is_not_given_where_the_sass_hides_the_trip_counts():
     from attnlab.model import issue
 
-    loop = issue.LoopShape("k", L4.arch, "HMMA", 64, 500, 300, why_not="2 loops hold HMMA")
-    t = _trace(L4.sms, tensor_flops=1 << 20)
-    assert issue.warp_instructions(loop, t.per_cta("tensor_flops"), t.per_cta("exps"), 4) is None
+    t = _with_trips(_trace(L4.sms, tensor_flops=1 << 20), {"k.cu:5": 32})
+    loop = issue.LoopShape("k", L4.arch, "HMMA", 64, 500, 300, why_not="2 loops hold HMMA", head="k.cu:3",
+                           parts=((None, 500),))
+    assert issue.warp_instructions(loop, t.launches[0], 4) is None
     out = bounds.bounds_of(t, L4, 1, issue=(None, loop))
     missing = next(b for b in out if b.resource == "instruction issue")
     assert not missing.given and "2 loops hold HMMA" in missing.work
     p = bounds.Prediction("k", "L4", MISSION, False, out, 1, L4.sms, 1)
     assert p.top.given and p.bottleneck != "instruction issue"
+    # nor where the executor counted no trips of the loop the SASS names
+    other = issue.LoopShape("k", L4.arch, "HMMA", 64, 500, 300, head="k.cu:40", parts=((None, 500),))
+    assert issue.warp_instructions(other, t.launches[0], 4) is None
+
+
+def _line_of(text: str, file: str = "07_mma_swizzle.cu") -> str:
+    """"file:line" of the one line of a kernel source that holds `text`."""
+    from attnlab.paths import kernels_dir
+
+    found = [i + 1 for i, line in enumerate((kernels_dir() / file).read_text().splitlines()) if text in line]
+    assert len(found) == 1, (text, found)
+    return f"{file}:{found[0]}"
 
 
 def test_issue_of_the_last_chapter_reads_its_key_tile_loop_from_the_sass():
-    """07_mma's sm_89 loop: HMMA.16816 x 64 per trip (Q K^T and P V of a 16 x 64 tile at D = 64),
-    one loop, nothing nested: the bound is given and counts every trip the executor ran."""
+    """07_mma's sm_89 loop: HMMA.16816 x 64 (Q K^T and P V of a 16 x 64 tile at D = 64), one loop,
+    nothing nested, closed by the branch of its `for` over key tiles; every instruction of it is
+    placed, and the bound is given."""
     from attnlab.model import issue
 
-    spec_entry = "attn_fwd_07_mma_d64"
-    loop = issue.loop_shape("07_mma", "sm_89", spec_entry)
+    loop = issue.loop_shape("07_mma", "sm_89", "attn_fwd_07_mma_d64")
     assert loop.why_not is None and loop.marker == "HMMA" and loop.markers_per_trip == 64
     assert loop.inside > 64 and loop.outside > 0
+    assert loop.head == _line_of("for (int j = tile0; j < tile1; ++j)")
+    assert sum(n for _, n in loop.parts) == loop.inside and loop.every_trip < loop.inside // 10
+    assert sum(n for _, n in loop.marker_parts) == 64
     p = bounds.predict("07_mma", MISSION, False, "L4")
     b = next(b for b in p.bounds if b.resource == "instruction issue")
-    trips = 2 * 8 * 512 * 512 * 64 * 2 / MMA_FLOPS / 64  # every CTA's HMMA over 64 per trip
-    assert b.given and f"{int(round(loop.inside * trips + loop.outside * 4 * 64)):,} warp instructions" in b.work
+    assert b.given and f"{loop.inside} in the key-tile loop" in b.work
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("kernel, arch", [("07_mma", "sm_89"), ("07_mma_two_row_blocks", "sm_90")])
+def test_the_lines_trips_give_back_the_executors_tensor_core_count(kernel, arch, causal):
+    """Each HMMA of the loop, issued on the trips its source line ran (the executor's CPU build),
+    adds up per CTA to the mma.sync instructions the executor counted: the placing of SASS at source
+    lines and the counting of trips agree where a check exists. Causal, warps skip the tiles past
+    their rows, so the HMMA lines run on fewer trips than the loop makes."""
+    from attnlab.executor.trace import trace
+    from attnlab.model import issue
+
+    t = trace(kernel, Shape(1, 2, 320, 64), causal, arch=arch)
+    loop = issue.loop_shape(kernel, arch, t.launches[0].entry)
+    got = issue.marker_runs(loop, t.launches[0])
+    assert got is not None
+    assert got == pytest.approx(t.per_cta("tensor_flops") / MMA_FLOPS)
+    per_line, trips = issue.line_trips(loop, t.launches[0])
+    hmma_lines = [line for line, _ in loop.marker_parts]
+    assert all((per_line[line] < trips).any() == causal for line in hmma_lines)
+
+
+def test_the_copy_runs_on_all_but_the_last_stages_trips_and_q_on_the_first():
+    """Step 7.8 on sm_90 (3 stages) at L = 512, 64-key tiles: 8 trips per warp (causal: as many as
+    the CTA's diagonal needs). The copy of the next tile (under `if (next < tile1)`) runs on all
+    but 2 of them, Q's fragments (under `if (j == tile0)`)
+    on 1, the mask (under `if (need_mask)`) on none without causality and on the diagonal tile with it."""
+    from attnlab.executor.trace import trace
+    from attnlab.model import issue
+
+    loop = issue.loop_shape("07_mma_two_row_blocks", "sm_90", "attn_fwd_07_mma_two_row_blocks_d64")
+    warps = 4
+    for causal, masked in ((False, 0), (True, 1)):
+        t = trace("07_mma_two_row_blocks", Shape(1, 2, 512, 64), causal, arch="sm_90", sms=8)  # 8 CTAs fill 8 SMs: no split
+        assert t.launches[0].entry == loop.entry
+        per_line, trips = issue.line_trips(loop, t.launches[0])
+        # causal: a CTA's key tiles end at its diagonal, 8 for the last query tile down to 1
+        tiles = trips // warps
+        assert (trips % warps == 0).all() and tiles.max() == 8 and (tiles.min() == 8 or causal)
+        guard = _line_of("if (next < tile1) {  // so its stage")
+        assert (per_line[guard] == trips).all()  # the test itself runs on every trip
+        file, line = guard.split(":")
+        assert (per_line[f"{file}:{int(line) + 1}"] == np.maximum(tiles - 2, 0) * warps).all()  # the copy of K
+        assert (per_line[_line_of("attn::ldsm_x4(q_frag[mb][ks]")] == warps).all()
+        assert (per_line[_line_of("s[mb][nb][e] = ATTN_NEG_INF;")] == masked * warps).all()

@@ -1,4 +1,4 @@
-"""The CUDA tools that build and read the kernels: nvcc (with ptxas) and cuobjdump.
+"""The CUDA tools that build and read the kernels: nvcc (with ptxas), cuobjdump and nvdisasm.
 
 They come from this Python environment. requirements.txt installs NVIDIA's CUDA wheels
 (`nvidia-cuda-nvcc` and the packages it pulls in: `nvidia-nvvm`, `nvidia-cuda-crt`,
@@ -98,6 +98,20 @@ def cuobjdump() -> str:
         raise ToolMissing("cuobjdump not found: `pip install -r requirements.txt` installs it "
                           "(nvidia-cuda-cuobjdump)")
     return found
+
+
+def nvdisasm() -> str:
+    """nvdisasm, which places each SASS instruction at its source lines (-gi), from the
+    environment's wheel first, else a toolkit's on PATH."""
+    found = _from_wheels("nvdisasm") or _system("nvdisasm")
+    if found is None:
+        raise ToolMissing("nvdisasm not found: `pip install -r requirements.txt` installs it (nvidia-cuda-nvdisasm)")
+    return found
+
+
+def nvdisasm_version() -> str:
+    exe = nvdisasm()
+    return _version(exe, _stamp(exe))
 
 
 def _stamp(path: str) -> tuple:

@@ -23,9 +23,9 @@ What it takes as given (the page "The time model" states the same):
     that many warps runs its FMA pipe at that fraction (the chapters 1-3 kernels are chains of
     dependent FMAs);
   - instruction issue: each of an SM's SCHEDULERS_PER_SM schedulers issues one warp instruction
-    per clock, and a CTA issues its key-tile loop's SASS instructions as often as the executor ran
-    the loop's HMMA (or MUFU.EX2) instructions, the rest once per warp (attnlab.model.issue); not
-    given where the SASS's loops do not say which code runs how often;
+    per clock; a CTA issues each SASS instruction of its key-tile loop on the trips its source line
+    ran on the executor (a guarded copy or mask on fewer), the rest once per warp
+    (attnlab.model.issue); not given where the SASS's loops do not say which code runs how often;
   - LAUNCH_US per kernel launch, and for chapter 4 the two cuBLAS GEMMs at the tensor-core peak
     and DRAM (the executor runs only its softmax).
 Not modelled: latency hiding by the pipeline, dual issue and stalls, L1 hits, clocks below boost,
@@ -149,7 +149,7 @@ def warp_instructions(t: Trace, kernel: str, gpu: GpuSpec) -> tuple[np.ndarray |
     entry = spec.launch_config(t.shape, gpu.sms)["entry"]
     loop = issue_model.loop_shape(spec.id, gpu.arch, entry)
     warps = math.ceil(int(np.prod(t.launches[0].block)) / 32)
-    return issue_model.warp_instructions(loop, t.per_cta("tensor_flops"), t.per_cta("exps"), warps), loop
+    return issue_model.warp_instructions(loop, t.launches[0], warps), loop
 
 
 def per_cta_seconds(t: Trace, gpu: GpuSpec, resident: int, dot_products: bool = True,
@@ -206,8 +206,9 @@ def bounds_of(t: Trace, gpu: GpuSpec, resident: int, dot_products: bool = True,
 
 def _issue_text(issued: np.ndarray | None, loop: issue_model.LoopShape) -> str:
     if issued is None:
-        return f"not given: {loop.why_not}"
-    return (f"{int(round(issued.sum())):,} warp instructions ({loop.inside} per trip of the key-tile loop, "
+        return f"not given: {loop.why_not or 'the executor counted no trips of the key-tile loop'}"
+    return (f"{int(round(issued.sum())):,} warp instructions ({loop.inside} in the key-tile loop, "
+            f"{loop.every_trip} of them on every trip and the rest on the trips their source line ran; "
             f"{loop.outside} outside it per warp) at {SCHEDULERS_PER_SM} per SM-clock")
 
 

@@ -2,32 +2,39 @@
 instruction-issue bound (attnlab.model.bounds).
 
 The executor runs the CUDA C++ on a CPU and never sees SASS; cuobjdump's listing shows each
-instruction once, not how often it runs. The two meet at the key-tile loop: the loop of the entry's
-SASS that holds the most of a marker instruction whose executions the executor counts, HMMA (one
-per mma.sync.m16n8k16 a warp runs: its tensor-core FLOPs over 4096) or MUFU.EX2 (one per 32
-exponentials, a full warp's). A CTA then issues
+instruction once, not how often it runs. The two meet at source lines. The key-tile loop is the
+loop of the entry's SASS that holds the most of HMMA (or, with none, MUFU.EX2); its closing
+branch names the loop's `for` line (nvdisasm -gi, attnlab.kernels.sass_lines). Each instruction in
+the loop is placed at the outermost of its source lines that lies inside that `for` statement's
+body: the copy under `if (next < tile1)`, the mask under `if (need_mask)`, Q's fragments under
+`if (j == tile0)`. The executor counts, per CTA, on how many trips of the same `for` each basic
+block of its CPU build ran, summed over warps (attnlab.executor.trips); a line runs on the trips of
+the block of its CPU build that holds the most of its code. A CTA then issues
 
-    loop instructions x (markers the CTA ran / markers in the loop)  +  the rest x warps,
+    sum over the loop's instructions of the trips their line ran on  +  the rest x warps,
 
-every instruction outside the loop counted once per warp. That holds where the loop is the whole
-of the hot path: no loop inside it (whose trip count the listing does not give), none around it
-(whose other instructions it would miss) and no second copy of it (a version the compiler made for
-another path, of which the listing does not say which runs). Elsewhere the issue bound is not
-given, and says why.
+an instruction with no line inside the body (the loop's own test and increment, code hoisted into
+it) counted on every trip, and every instruction outside the loop once per warp. That holds where
+the loop is the whole of the hot path: no loop inside it (whose trip count the listing does not
+give), none around it (whose other instructions it would miss) and no second copy of it (a version
+the compiler made for another path, of which the listing does not say which runs). Elsewhere the
+issue bound is not given, and says why.
 """
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..executor.trace import MMA_FLOPS
-from ..kernels import registry, sass_loop
+from ..executor.counts import LaunchCounts
+from ..executor.trips import for_statements
+from ..kernels import registry, sass_lines, sass_loop
 from ..kernels.static import build, opcode
+from ..paths import kernels_dir
 
 MARKERS = ("HMMA", "MUFU.EX2")
-LANES_PER_MUFU = 32            # a full warp's exponentials per MUFU.EX2 (divergent rows issue more)
 
 
 @dataclass(frozen=True)
@@ -37,14 +44,41 @@ class LoopShape:
     arch: str
     marker: str | None           # HMMA or MUFU.EX2
     markers_per_trip: int        # of the marker in the loop body
-    inside: int                  # instructions in the loop body (one trip)
+    inside: int                  # instructions in the loop body
     outside: int                 # instructions of the entry outside it (on a converged warp's path)
     why_not: str | None = None   # set where the loop is not the whole hot path
+    head: str | None = None      # the loop's `for` line, "file:line"
+    # (line inside the loop's body, "file:line", or None: every trip; instructions placed there)
+    parts: tuple[tuple[str | None, int], ...] = ()
+    marker_parts: tuple[tuple[str | None, int], ...] = ()  # the same, of the marker instructions alone
+
+    @property
+    def every_trip(self) -> int:
+        """Instructions of the loop with no line inside its body: issued on every trip."""
+        return sum(n for line, n in self.parts if line is None)
+
+
+def _body_end(file: str, line: int) -> int | None:
+    """The last line of the `for` statement at `file`:`line` of the kernel sources, or None."""
+    path = kernels_dir() / file
+    if not path.is_file():
+        return None
+    return next((last for first, last in for_statements(path.read_text()) if first == line), None)
+
+
+def _place(frames, file: str, first: int, last: int) -> str | None:
+    """The outermost of an instruction's source lines inside the body first < line <= last."""
+    inside = [f"{f}:{n}" for f, n in frames if f == file and first < n <= last]
+    return inside[-1] if inside else None
+
+
+def _sorted(parts: Counter) -> tuple[tuple[str | None, int], ...]:
+    return tuple(sorted(parts.items(), key=lambda kv: (kv[0] is not None, kv[0] or "")))
 
 
 @functools.lru_cache(maxsize=None)
 def loop_shape(kernel: str, arch: str, entry: str) -> LoopShape:
-    """The key-tile loop of `entry` in `kernel`'s build for `arch` (nvcc and cuobjdump, cached)."""
+    """The key-tile loop of `entry` in `kernel`'s build for `arch` (nvcc, cuobjdump and nvdisasm, cached)."""
     spec = registry.get(kernel, arch)
     lines = sass_loop.listing(build(spec, arch).sass, entry)
     for marker in MARKERS:
@@ -60,26 +94,86 @@ def loop_shape(kernel: str, arch: str, entry: str) -> LoopShape:
         inner = [x for x in loops if x != loop and loop[0] <= x[0] and x[1] <= loop[1]]
         outer = [x for x in loops if x != loop and x[0] <= loop[0] and loop[1] <= x[1]]
         versions = [x for x in loops if x != loop and x not in outer and markers(x)]
-        per_trip = markers(loop)
         ins, out = sass_loop.inside_and_outside(lines, loop)
         why = (f"{len(inner)} loop(s) inside the key-tile loop, whose trip counts the SASS does not give" if inner
                else "the key-tile loop sits inside another loop" if outer
                else f"{1 + len(versions)} loops hold {marker} (the compiler's versions of the key-tile loop), "
                     f"and which of them runs the listing does not say" if versions else None)
-        return LoopShape(entry, arch, marker, per_trip, sum(ins.values()), sum(out.values()), why)
+        table = sass_lines.line_table(spec, arch, entry)
+        closing = table.get(loop[1], ())
+        head = f"{closing[0][0]}:{closing[0][1]}" if closing else None
+        last = _body_end(*closing[0]) if closing else None
+        if why is None and last is None:
+            why = (f"the key-tile loop's closing branch comes from {head or 'no source line'}, "
+                   f"which is not a `for` statement of the kernel sources")
+        parts: Counter = Counter()
+        marked: Counter = Counter()
+        if last is not None:
+            file, first = closing[0]
+            body = {off for off, _ in lines[:len(sass_loop.main_path([i for _, i in lines]))]
+                    if loop[0] <= off <= loop[1]}
+            for off, instruction in lines:
+                if off in body and not instruction.startswith("@!PT"):
+                    place = _place(table.get(off, ()), file, first, last)
+                    parts[place] += 1
+                    marked[place] += opcode(instruction).startswith(marker)
+        return LoopShape(entry, arch, marker, markers(loop), sum(ins.values()), sum(out.values()), why, head,
+                         _sorted(parts), _sorted(+marked))
     return LoopShape(entry, arch, None, 0, 0, 0, "no loop holds an HMMA or a MUFU.EX2")
 
 
-def marker_runs(shape: LoopShape, tensor_flops: np.ndarray, exps: np.ndarray) -> np.ndarray:
-    """Per CTA, how many of the loop's marker instructions its warps ran, from the executor's counts."""
-    if shape.marker == "HMMA":
-        return tensor_flops / MMA_FLOPS  # one HMMA.16816 per mma.sync.m16n8k16 of a warp
-    return exps / LANES_PER_MUFU
+def line_trips(shape: LoopShape, launch: LaunchCounts) -> tuple[dict[str, np.ndarray], np.ndarray] | None:
+    """Per line inside the loop's body, per CTA, on how many trips of the loop its warps ran it
+    (summed over warps), and per CTA the trips themselves (its busiest block's); None where the
+    executor did not count trips of that loop. A line runs as often as the block of the CPU build
+    that holds the most of its code in the loop's body: the host compiler hoists parts of a line
+    (an address, a constant) out of a guard or the loop, and those parts run elsewhere."""
+    blocks = launch.trip_blocks
+    if blocks is None or launch.trip_runs is None or shape.head not in blocks.loops:
+        return None
+    loop = blocks.loops.index(shape.head)
+    columns = [(j, b) for j, (b, h) in enumerate(blocks.pairs) if h == loop]
+    if not columns:
+        return None
+    runs = launch.trip_runs
+    trips = runs[:, [j for j, _ in columns]].max(axis=1)
+    # The blocks that hold the loop's own test and increment: its entry (where the host compiler
+    # hoists what the body computes once) and its latch. A line's code counts there only where it
+    # has none in the body proper.
+    body = [(j, dict(blocks.frames[b])) for j, b in columns if loop not in blocks.ends[b]]
+    head = [(j, dict(blocks.frames[b])) for j, b in columns if loop in blocks.ends[b]]
+    out = {}
+    for line, _ in shape.parts:
+        for candidates in (body, head):
+            most = max((held.get(line, 0) for _, held in candidates), default=0) if line is not None else 0
+            if most:  # the line's main blocks: those holding the most of its code
+                out[line] = runs[:, [j for j, held in candidates if held.get(line, 0) == most]].max(axis=1)
+                break
+    return out, trips
 
 
-def warp_instructions(shape: LoopShape, tensor_flops: np.ndarray, exps: np.ndarray, warps: int) -> np.ndarray | None:
-    """Per CTA, the warp instructions it issues (None where the loop does not stand for the hot path)."""
+def _issued(parts, per_line: dict[str, np.ndarray], trips: np.ndarray) -> np.ndarray:
+    """Per CTA, the instructions of `parts` issued: each on the trips its line ran on."""
+    out = np.zeros(len(trips))
+    for line, n in parts:
+        out = out + n * per_line.get(line, trips)
+    return out
+
+
+def marker_runs(shape: LoopShape, launch: LaunchCounts) -> np.ndarray | None:
+    """Per CTA, the loop's marker instructions (HMMA, MUFU.EX2) issued by the lines' trips: for HMMA,
+    the same number as the executor's tensor-core FLOPs over one mma.sync's where the trips are right."""
+    measured = line_trips(shape, launch)
+    return None if measured is None else _issued(shape.marker_parts, *measured)
+
+
+def warp_instructions(shape: LoopShape, launch: LaunchCounts, warps: int) -> np.ndarray | None:
+    """Per CTA, the warp instructions it issues (None where the loop does not stand for the hot path
+    or the executor did not count its trips). A line the CPU build has no code for (the GPU's
+    compiler made instructions the host compiler needed none for) runs on every trip."""
     if shape.why_not:
         return None
-    trips = marker_runs(shape, np.asarray(tensor_flops, float), np.asarray(exps, float)) / shape.markers_per_trip
-    return shape.inside * trips + shape.outside * warps
+    measured = line_trips(shape, launch)
+    if measured is None:
+        return None
+    return _issued(shape.parts, *measured) + shape.outside * warps
