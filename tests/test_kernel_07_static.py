@@ -24,7 +24,7 @@ from attnlab.kernels.static import build as static_build
 
 IDS = ("07_mma", "07_mma_split2", "07_mma_split4", "07_mma_nosplit", "07_mma_two_barriers", "07_mma_noswizzle",
        "07_mma_single_buffer", "07_mma_longest_first", "07_mma_plain", "07_mma_two_row_blocks", "07_mma_across_heads",
-       "07_mma_rows_that_fill")
+       "07_mma_rows_that_fill", "07_mma_even_split")
 SPEC = registry.KERNELS["07_mma"]  # the source's own tiles (the L4's)
 SRC = SPEC.path.read_text()
 MAX_REGS_PER_SM = 65536
@@ -182,7 +182,7 @@ def test_registry_names_every_entry_with_its_head_dim():
                     assert ENTRIES[entry][0] == D and _runs(entry, block_n(spec))
                     named[arch].add(entry)
             if kid not in ("07_mma", "07_mma_split2", "07_mma_split4", "07_mma_two_row_blocks", "07_mma_across_heads",
-                           "07_mma_rows_that_fill"):
+                           "07_mma_rows_that_fill", "07_mma_even_split"):
                 assert "ablation" in spec.summary and spec.variant_of == "07_mma"
     # every entry runs somewhere; the 4-way split at D = 128 only with 64-key tiles
     assert named["sm_90"] == named["sm_80"] == set(ENTRIES)
@@ -200,11 +200,12 @@ def test_registry_names_every_entry_with_its_head_dim():
         ours = after.entries_at_head_dim(D)
         assert all(ENTRIES[e][6] for e in ours)
         assert [ENTRIES[e][:6] for e in ours] == [ENTRIES[e][:6] for e in step.entries_at_head_dim(D)]
-    # step 7.9 runs step 7.6's entries and step 7.8's, and none of its own
-    fits = registry.get("07_mma_rows_that_fill")
-    for D in (64, 128):
-        assert set(fits.entries_at_head_dim(D)) == set(registry.get("07_mma").entries_at_head_dim(D)) | set(
-            after.entries_at_head_dim(D))
+    # steps 7.9 and 7.10 run step 7.6's entries and step 7.8's, and none of their own
+    for kid in ("07_mma_rows_that_fill", "07_mma_even_split"):
+        fits = registry.get(kid)
+        for D in (64, 128):
+            assert set(fits.entries_at_head_dim(D)) == set(registry.get("07_mma").entries_at_head_dim(D)) | set(
+                after.entries_at_head_dim(D))
 
 
 @pytest.mark.parametrize("arch", ARCHES)

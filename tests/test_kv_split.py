@@ -234,3 +234,73 @@ def test_step_7_9_passes_the_cpu_check_where_it_takes_step_7_8s_launch(causal):
     assert spec.launch_config(shape)["entry"] == "attn_fwd_07_mma_across_heads_d64"
     case = cpu.check_case_cpu(spec, shape, causal, 0)
     assert case.passed and not case.findings, case
+
+
+def test_the_even_rule_weighs_the_unsplit_grid_as_any_split():
+    """choose_even_split is step 7.6's rule without its shortcut: 64 CTAs on the L4's 58 SMs leave 6
+    SMs with two (efficiency 0.55), and the four-way split's 256 leave the busiest with 5 of an
+    average 4.4 (0.88), the only one within SPLIT_EFFICIENCY of the best."""
+    from attnlab.kernels.chapters.ch07_mma import choose_even_split
+
+    ctas = lambda s: 64 * s  # noqa: E731
+    assert choose_kv_split(ctas, (1, 2, 4), 58) == 1 and choose_even_split(ctas, (1, 2, 4), 58) == 4
+    assert choose_even_split(ctas, (1, 2, 4), 132) == 2  # as step 7.6: 128 / 132 and 256 / 264 tie
+    assert choose_even_split(ctas, (1, 2, 4), 64) == 1   # a whole wave unsplit
+    assert choose_even_split(lambda s: 3, (1, 2, 4), 132) == 1  # a split that adds no CTA is not taken
+
+
+def _options(arch: str, s: Shape):
+    """(kernel, split) of every launch step 7.10 weighs at `s`, in its order of preference."""
+    from attnlab.kernels.chapters.ch07_mma import splits_at
+
+    six = registry.get("07_mma", arch)
+    return [(registry.get("07_mma_across_heads", arch), 1)] + [(six, k) for k in splits_at(six.config, s.D)]
+
+
+def _efficiency(spec, s: Shape, k: int, sms: int) -> float:
+    gx, gy, gz = spec.launch_config(s, sms, split=k)["grid"]
+    n = gx * gy * gz
+    return n / sms / -(-n // sms)
+
+
+@pytest.mark.parametrize("arch,sms", [("sm_89", 58), ("sm_90", 132), ("sm_80", 108)])
+def test_step_7_10_launches_the_first_launch_within_reach_of_the_most_even(arch, sms):
+    """07_mma_even_split adds no entry: at every shape it launches what step 7.8 (unsplit) or step
+    7.6 (at a split its build has) launches there, the first of them, in that order, whose wave
+    efficiency is within SPLIT_EFFICIENCY of the most even; never less even than step 7.9's launch."""
+    from attnlab.kernels.chapters.ch07_mma import SPLIT_EFFICIENCY
+
+    spec, nine = registry.get("07_mma_even_split", arch), registry.get("07_mma_rows_that_fill", arch)
+    for s in ROWS_THAT_FILL + [Shape(1, 58, 100, 64), Shape(1, 59, 100, 64), Shape(3, 5, 700, 128)]:
+        options = _options(arch, s)
+        best = max(_efficiency(alt, s, k, sms) for alt, k in options)
+        alt, k = next((alt, k) for alt, k in options if _efficiency(alt, s, k, sms) >= SPLIT_EFFICIENCY * best)
+        assert spec.runs(s, sms).id == alt.id, (arch, s)
+        assert spec.launch_config(s, sms) == alt.launch_config(s, sms, split=k), (arch, s)
+        mine = spec.launch_config(s, sms)
+        theirs = nine.launch_config(s, sms)
+        assert _efficiency(spec.runs(s, sms), s, mine["kv_split"], sms) >= \
+            _efficiency(nine.runs(s, sms), s, theirs["kv_split"], sms) - 1e-12, (arch, s)
+    # The mission shape: on the L4 step 7.6's four-way split where step 7.9 ran it unsplit, and at
+    # D = 128 its two-way split where step 7.9 ran step 7.8's 64 CTAs; on an H100 as step 7.9.
+    if sms == 58:
+        assert nine.launch_config(MISSION, sms)["entry"] == "attn_fwd_07_mma_d64"
+        assert spec.launch_config(MISSION, sms)["entry"] == "attn_fwd_07_mma_split4_d64"
+        assert spec.launch_config(Shape(1, 8, 512, 128), sms)["entry"] == "attn_fwd_07_mma_split2_d128"
+    if sms == 132:
+        assert spec.launch_config(MISSION, sms) == nine.launch_config(MISSION, sms)
+    assert spec.launch_config(Shape(4, 16, 4096, 64), sms)["entry"] == "attn_fwd_07_mma_across_heads_d64"
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_step_7_10_passes_the_cpu_check_where_it_takes_each_launch(causal):
+    """Its launches at the CPU suite's shapes are step 7.6's; at 116 heads of one 128-row tile on the
+    L4's 58 SMs (the GPU the executor launches for), step 7.8's two whole waves are the most even
+    launch, and step 7.10 runs step 7.8's entry, checked against the reference on the executor."""
+    from attnlab.executor import cpu
+
+    spec, shape = registry.get("07_mma_even_split", "sm_89"), Shape(1, 116, 100, 64)
+    assert gpus.sm_count()[0] == 58
+    assert spec.launch_config(shape)["entry"] == "attn_fwd_07_mma_across_heads_d64"
+    case = cpu.check_case_cpu(spec, shape, causal, 0)
+    assert case.passed and not case.findings, case

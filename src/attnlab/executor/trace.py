@@ -317,10 +317,10 @@ def one_head_grid(spec: KernelSpec, shape: Shape, sms: int | None = None, causal
     the (batch, head) pairs on grid y, one launch and no grid z: the x CTAs of pair h are blocks
     [h x, (h + 1) x), stride 1; or, for a kernel whose causal grid interleaves the pairs
     (causal_heads_first), blocks h, h + B H, h + 2 B H, ..., stride B H. Else None."""
-    spec = spec.runs(shape, sms)
+    gx, gy, gz = spec.launch_config(shape, sms)["grid"]
+    spec = spec.runs(shape, sms)  # the kernel the launch runs: its runner and its causal order
     if spec.runner is not None:
         return None
-    gx, gy, gz = spec.launch_config(shape, sms)["grid"]
     if (gy, gz) != (shape.B * shape.H, 1):
         return None
     return (gx, gy) if causal and spec.causal_heads_first else (gx, 1)

@@ -299,7 +299,8 @@ class KernelSpec:
             if sms is None:
                 from ..gpus import sm_count
                 sms = sm_count()[0]
-            return self.runs(shape, sms).launch_config(shape, sms, split)
+            # the chosen kernel's launch, with this one's key split (a launcher step may choose it its own way)
+            return self.runs(shape, sms).launch_config(shape, sms, self.kv_split(shape, sms) if split is None else split)
         split = self.kv_split(shape, sms) if split is None else split
         at = (self.at_split(shape, split) if self.at_split is not None
               else {"grid": self.grid(shape), "dynamic_smem": self.dynamic_smem(shape)})

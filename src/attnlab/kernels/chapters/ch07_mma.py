@@ -76,7 +76,14 @@ def choose_kv_split(ctas_at, splits, sms: int) -> int:
         raise ValueError(f"splits {splits} must hold 1")
     if ctas_at(1) >= SPLIT_FILL * sms:
         return 1
-    efficiency = {s: (ctas_at(s) / sms) / -(-ctas_at(s) // sms) for s in splits}  # waves over whole waves
+    return choose_even_split(ctas_at, splits, sms)
+
+
+def choose_even_split(ctas_at, splits, sms: int) -> int:
+    """The smallest key split whose CTAs spread over the `sms` SMs within SPLIT_EFFICIENCY as evenly
+    as the most even split's: a split's wave efficiency is the average SM's CTAs over the busiest
+    SM's (its waves over whole waves). Without a split (1) among `splits` this is the only test."""
+    efficiency = {s: (ctas_at(s) / sms) / -(-ctas_at(s) // sms) for s in splits}
     best = max(efficiency.values())
     return min(s for s in splits if efficiency[s] >= SPLIT_EFFICIENCY * best)
 
@@ -457,6 +464,55 @@ register(KernelSpec(
 ))
 
 
+# Step 7.10: step 7.9 takes a grid as filling the GPU once it covers SPLIT_FILL of the SMs, as step
+# 7.6's split rule does: it asks whether every SM gets a CTA, not how evenly. On the L4 at the mission
+# shape step 7.6's 64 unsplit CTAs pass for 58 SMs, and 6 SMs then hold two CTAs while 52 hold one
+# (step 7.9's page). This step's launcher weighs each launch it has by how evenly its CTAs spread over
+# the SMs and takes the first, in the order below, within SPLIT_EFFICIENCY of the most even.
+def even_split_geometry(config: dict) -> dict:
+    """Step 7.9's two launches for a build of `config`: of step 7.8's unsplit and step 7.6's at each
+    key split, in that order (two row blocks first, then fewer splits), the first whose CTAs spread
+    over the SMs as evenly as SPLIT_EFFICIENCY of the most even's (choose_even_split)."""
+    one, two = geometry(config), ACROSS_HEADS.geometry(config)
+
+    def launches(s: Shape) -> list[tuple[int, int]]:  # (alternative, key split), preferred first
+        return [(1, 1)] + [(0, k) for k in splits_at(config, s.D)]
+
+    def pick(s: Shape, sms: int | None = None) -> tuple[int, int]:
+        options = launches(s)
+
+        def ctas(i: int) -> int:
+            alternative, k = options[i]
+            gx, gy, _ = (one, two)[alternative]["at_split"](s, k)["grid"]
+            return gx * gy
+
+        return options[choose_even_split(ctas, range(len(options)), _sms(sms))]
+
+    def at(s: Shape, k: int) -> dict:
+        return (one, two)[pick(s)[0]]["at_split"](s, k)
+
+    return {"block": two["block"], "grid": lambda s: at(s, pick(s)[1])["grid"],
+            "dynamic_smem": lambda s: at(s, pick(s)[1])["dynamic_smem"],
+            "kv_split": lambda s, sms=None: pick(s, sms)[1], "at_split": at,
+            "entries_by_split": two["entries_by_split"], "choice": lambda s, sms=None: pick(s, sms)[0]}
+
+
+register(KernelSpec(
+    id="07_mma_even_split",
+    title="Swizzle + double buffer, two row blocks where they fill the GPU, keys split evenly",
+    entry=ACROSS_HEADS.entries[64],
+    entries_by_head_dim=ACROSS_HEADS.entries,
+    **even_split_geometry(TUNING.defaults),
+    **COMMON,
+    tuning=variant_tuning(even_split_geometry),
+    alternatives=ROWS_THAT_FILL,
+    summary="step 7.9's launches, step 7.8's or step 7.6's at a key split, whichever spreads its CTAs over the "
+            "SMs most evenly (fewer splits and two row blocks first, within SPLIT_EFFICIENCY)",
+    conflict_free=("ldmatrix", "cp.async", "ld/st"),
+    variant_of="07_mma",
+))
+
+
 @dataclass(frozen=True)
 class Step:
     """One step of chapter 7's climb: the kernel that adds `technique` to the step before it."""
@@ -482,6 +538,8 @@ STEPS_07: tuple[Step, ...] = (
     Step("7.8", "07_mma_across_heads", "The longest query tiles first across the heads", "ch07_8_across_heads"),
     Step("7.9", "07_mma_rows_that_fill", "Two row blocks where they fill the GPU", "ch07_9_rows_that_fill",
          rule=rows_that_fill_geometry),
+    Step("7.10", "07_mma_even_split", "The launch that spreads its CTAs most evenly", "ch07_10_even_split",
+         rule=even_split_geometry),
 )
 
 
