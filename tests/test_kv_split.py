@@ -293,14 +293,14 @@ def test_step_7_10_launches_the_first_launch_within_reach_of_the_most_even(arch,
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_step_7_10_passes_the_cpu_check_where_it_takes_each_launch(causal):
-    """Its launches at the CPU suite's shapes are step 7.6's; at 116 heads of one 128-row tile on the
-    L4's 58 SMs (the GPU the executor launches for), step 7.8's two whole waves are the most even
-    launch, and step 7.10 runs step 7.8's entry, checked against the reference on the executor."""
+def test_step_7_10_passes_the_cpu_check_where_it_takes_step_7_8s_launch(causal):
+    """At the CPU suite's shapes step 7.10 launches step 7.6's entries; here two heads of one 128-row
+    tile per SM of the GPU the executor launches for (the L4's 58 without one) make two whole waves
+    of step 7.8's unsplit grid, the most even launch, and step 7.10 runs step 7.8's entry, checked
+    against the reference on the executor."""
     from attnlab.executor import cpu
 
-    spec, shape = registry.get("07_mma_even_split", "sm_89"), Shape(1, 116, 100, 64)
-    assert gpus.sm_count()[0] == 58
+    spec, shape = registry.get("07_mma_even_split", "sm_89"), Shape(1, 2 * gpus.sm_count()[0], 100, 64)
     assert spec.launch_config(shape)["entry"] == "attn_fwd_07_mma_across_heads_d64"
     case = cpu.check_case_cpu(spec, shape, causal, 0)
     assert case.passed and not case.findings, case

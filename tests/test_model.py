@@ -112,8 +112,8 @@ def _with_trips(t: Trace, runs: dict[str, int]) -> Trace:
 
     launch = t.launches[0]
     lines = list(runs)
-    launch.trip_blocks = EntryBlocks(tuple(range(len(lines))), tuple(((line, 1),) for line in lines), ("k.cu:3",),
-                                     tuple(() for _ in lines), tuple((0,) for _ in lines))
+    launch.trip_blocks = EntryBlocks(tuple(range(len(lines))), ("k.cu:3",), tuple(() for _ in lines),
+                                     tuple((line, 0) for line in lines), tuple((i,) for i in range(len(lines))))
     launch.trip_runs = np.tile(np.array([runs[line] for line in lines], np.int64), (len(launch.blocks), 1))
     return t
 
@@ -125,7 +125,7 @@ def test_issue_bound_counts_each_loop_instruction_on_the_trips_its_line_ran():
     from attnlab.model import issue
 
     loop = issue.LoopShape("k", L4.arch, "HMMA", 64, 500, 300, head="k.cu:3",
-                           parts=((None, 20), ("k.cu:5", 400), ("k.cu:9", 80)))
+                           parts=((None, 20), ("k.cu:5", 400), ("k.cu:9", 80)), marker_parts=(("k.cu:5", 64),))
     t = _with_trips(_trace(L4.sms, tensor_flops=2048 * MMA_FLOPS), {"k.cu:5": 32, "k.cu:9": 4})
     issued = issue.warp_instructions(loop, t.launches[0], warps=4)
     want = 20 * 32 + 400 * 32 + 80 * 4 + 300 * 4
@@ -133,9 +133,16 @@ def test_issue_bound_counts_each_loop_instruction_on_the_trips_its_line_ran():
     hz = bounds.clock_ghz(L4) * 1e9
     got = next(b for b in bounds.bounds_of(t, L4, 1, issue=(issued, loop)) if b.resource == "instruction issue")
     assert got.time_us == pytest.approx(want / (4 * hz) * 1e6)
-    # A line the CPU build has no block for runs on every trip (the busiest block's).
-    loop = issue.LoopShape("k", L4.arch, "HMMA", 64, 500, 300, head="k.cu:3", parts=((None, 20), ("k.cu:7", 480)))
+    # A line the CPU build records no trip of runs on every trip (the busiest line's).
+    loop = issue.LoopShape("k", L4.arch, "HMMA", 64, 500, 300, head="k.cu:3", parts=((None, 20), ("k.cu:7", 480)),
+                           marker_parts=(("k.cu:7", 64),))
     assert issue.warp_instructions(loop, t.launches[0], warps=4)[0] == 500 * 32 + 300 * 4
+    # HMMA whose lines' trips do not come to the executor's mma.sync count (an unrolled SASS loop
+    # would issue twice as many per trip): not given, and why.
+    doubled = issue.LoopShape("k", L4.arch, "HMMA", 128, 500, 300, head="k.cu:3", parts=((None, 20), ("k.cu:5", 480)),
+                              marker_parts=(("k.cu:5", 128),))
+    assert issue.warp_instructions(doubled, t.launches[0], warps=4) is None
+    assert "not one trip" in issue.trip_problem(doubled, t.launches[0])
 
 
 def test_issue_bound_is_not_given_where_the_sass_hides_the_trip_counts():
@@ -224,3 +231,29 @@ def test_the_copy_runs_on_all_but_the_last_stages_trips_and_q_on_the_first():
         assert (per_line[f"{file}:{int(line) + 1}"] == np.maximum(tiles - 2, 0) * warps).all()  # the copy of K
         assert (per_line[_line_of("attn::ldsm_x4(q_frag[mb][ks]")] == warps).all()
         assert (per_line[_line_of("s[mb][nb][e] = ATTN_NEG_INF;")] == masked * warps).all()
+
+
+def test_a_line_the_host_compiler_splits_by_stage_runs_on_every_trip():
+    """Step 7.6 on sm_89 has two stages; the host compiler builds parts of the loop twice, one copy
+    per stage, each running on every other trip. A line runs on a trip when either copy ran: the
+    lines the body runs unconditionally come to the loop's trips, causal or not. The test of the
+    first trip (`j == tile0`) the host compiler may fold into the loop's entry, which counts no
+    line: that line may miss the first trip of each warp, no more."""
+    from attnlab.executor.trace import trace
+    from attnlab.model import issue
+
+    loop = issue.loop_shape("07_mma", "sm_89", "attn_fwd_07_mma_d64")
+    every = [_line_of("attn::cp_async_commit();  // possibly empty: the wait at tile j + 1"),
+             _line_of("const int k0 = j * BLOCK_N + key0;")]
+    first = _line_of("if (j == tile0) {")
+    assert all(line in dict(loop.parts) for line in every + [first])
+    warps = 4
+    for causal in (False, True):
+        t = trace("07_mma", Shape(1, 2, 512, 64), causal, arch="sm_89", sms=8)
+        assert t.launches[0].entry == loop.entry
+        per_line, trips = issue.line_trips(loop, t.launches[0])
+        assert trips.max() == 8 * warps
+        for line in every:  # a line the CPU build records no trip of runs on every trip (the model's rule)
+            assert (per_line.get(line, trips) == trips).all(), line
+        got = per_line.get(first, trips)
+        assert (trips - warps <= got).all() and (got <= trips).all()

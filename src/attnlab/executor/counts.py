@@ -75,8 +75,8 @@ class LaunchCounts:
     # for merging the counts of launches that each ran a share of one grid (attnlab.executor.trace):
     site_pcs: list[int] = field(default_factory=list)  # each site's instruction, as a module offset
     touched: list[np.ndarray] | None = None            # per buffer, per byte: 1 read, 2 written
-    # per block (CTA), per (basic block, loop) pair of trip_blocks.pairs: on how many trips of the
-    # loop the CTA's warps ran the basic block, summed over warps (runtime/trips.cpp)
+    # per block (CTA), per (line, loop) pair of trip_blocks.pairs: on how many trips of the loop
+    # the CTA's warps ran the line, summed over warps (runtime/trips.cpp)
     trip_runs: np.ndarray | None = None
     trip_blocks: EntryBlocks | None = None
 
@@ -107,7 +107,8 @@ def declare(lib) -> None:
     lib.attn_cpu_touched.argtypes = [ctypes.c_long, ctypes.c_void_p, ctypes.c_long]
     lib.attn_cpu_set_block_range.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_long]
     lib.attn_cpu_set_trip_sites.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p,
-                                            ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+                                            ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long,
+                                            ctypes.c_int]
     lib.attn_cpu_trip_runs.restype = ctypes.c_long
     lib.attn_cpu_trip_runs.argtypes = [ctypes.c_void_p, ctypes.c_long]
     lib.attn_cpu_trip_pairs.restype = ctypes.c_long
@@ -123,11 +124,16 @@ def _touched(lib, buffers: int) -> list[np.ndarray]:
     return out
 
 
-def _trip_runs(lib, blocks: int) -> np.ndarray:
+def _trip_runs(lib, blocks: int) -> np.ndarray | None:
+    """Per block, per (line, loop) pair, the trips counted; None where the runtime's rows are not
+    the launch's blocks (then no trip count is given, rather than zeros)."""
     pairs = lib.attn_cpu_trip_pairs()
     out = np.zeros((blocks, pairs), np.uint32)
-    if out.size and lib.attn_cpu_trip_runs(None, 0) == blocks:
-        lib.attn_cpu_trip_runs(out.ctypes.data, blocks)
+    if pairs == 0:
+        return out.astype(np.int64)
+    if lib.attn_cpu_trip_runs(None, 0) != blocks:
+        return None
+    lib.attn_cpu_trip_runs(out.ctypes.data, blocks)
     return out.astype(np.int64)
 
 

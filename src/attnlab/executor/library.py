@@ -132,8 +132,9 @@ class LaunchReport:
 class Library:
     """One built kernel library: its buffers and its launches (not thread-safe: one launch at a time)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, src_dir: Path | None = None):
         self.path = Path(path)
+        self.src_dir = src_dir  # where its sources are, when not kernels/ (their loops are read from there)
         self._lib = ctypes.CDLL(str(self.path), mode=ctypes.RTLD_LOCAL)
         self._lib.attn_cpu_alloc.restype = ctypes.c_void_p
         self._lib.attn_cpu_alloc.argtypes = [ctypes.c_size_t]
@@ -215,17 +216,19 @@ class Library:
                             stdout=self._text(self._lib.attn_cpu_stdout))
 
     def _count_trips(self, entry: str) -> EntryBlocks:
-        """Give the runtime the blocks `entry` reaches and the loops they lie in (attnlab.executor.trips),
-        so that a counted launch counts on how many trips of each loop each block ran."""
-        blocks = entry_blocks(self.path, entry)
+        """Give the runtime the blocks `entry` reaches, the loops they end trips of and the (line,
+        loop) pairs they record (attnlab.executor.trips), so that a counted launch counts on how many
+        trips of each loop each line ran."""
+        blocks = entry_blocks(self.path, entry, self.src_dir)
         n = len(blocks.offsets)
-        ends_first = np.cumsum([0] + [len(e) for e in blocks.ends], dtype=np.int32)
-        in_first = np.cumsum([0] + [len(w) for w in blocks.within], dtype=np.int32)
-        arrays = (np.asarray(blocks.offsets, np.uint64), ends_first,
-                  np.asarray([h for e in blocks.ends for h in e] or [0], np.int32), in_first,
-                  np.asarray([h for w in blocks.within for h in w] or [0], np.int32))
-        self._lib.attn_cpu_set_trip_sites(*[a.ctypes.data for a in arrays[:1]], n,
-                                          *[a.ctypes.data for a in arrays[1:]], len(blocks.loops))
+
+        def csr(rows):
+            return (np.cumsum([0] + [len(r) for r in rows], dtype=np.int32),
+                    np.asarray([x for r in rows for x in r] or [0], np.int32))
+
+        arrays = (*csr(blocks.ends), *csr(blocks.records), np.asarray([h for _, h in blocks.pairs] or [0], np.int32))
+        self._lib.attn_cpu_set_trip_sites(np.asarray(blocks.offsets, np.uint64).ctypes.data, n,
+                                          *[a.ctypes.data for a in arrays], len(blocks.pairs), len(blocks.loops))
         return blocks
 
     def _mark_read_only(self, sig: str, args) -> None:
@@ -289,5 +292,5 @@ def load(source: str, entries, defines=(), src_dir=None) -> Library:
     """The library of `source` with `entries`, built if needed, loaded once per process."""
     path = build_library(source, entries, defines, src_dir)
     if path not in _loaded:
-        _loaded[path] = Library(path)
+        _loaded[path] = Library(path, Path(src_dir) if src_dir is not None else None)
     return _loaded[path]

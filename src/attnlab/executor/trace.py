@@ -27,7 +27,7 @@ from ..shapes import MISSION, Shape
 from .counts import BLOCK_FIELDS, EVENT_DTYPE, UNIT_OF, LaunchCounts, SiteCount
 from .trips import EntryBlocks
 
-CACHE_VERSION = 4
+CACHE_VERSION = 8
 MMA_FLOPS = 2 * 16 * 8 * 16  # one mma.sync.m16n8k16: the unit tensor-core work is counted in
 
 # The counts a trace totals, in the order they are shown: key, what it counts, unit.

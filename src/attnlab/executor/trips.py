@@ -1,14 +1,17 @@
-"""Which basic blocks of a kernel's CPU build lie in which loops, so the runtime can count on how many
-trips of each loop each block ran (runtime/trips.cpp).
+"""Which basic blocks of a kernel's CPU build hold which source lines of which loops, so the runtime
+can count on how many trips of each loop each line ran (runtime/trips.cpp).
 
 The kernel's translation unit calls __sanitizer_cov_trace_pc at the top of every basic block
 (build.py's -fsanitize-coverage=trace-pc); the call's return address names the block. objdump
 lists those calls and the instructions after each, up to the next; addr2line gives each
 instruction its source line with the lines it was inlined at. A `for` statement of a kernel
 source spans its own line to the end of its body (read from the source, braces matched); a block
-lies in the loop when any of its instructions comes from a line inside that span, and it ends a
-trip of the loop when one of them comes from the `for` line itself, with no kernel line inlined
-below it: the loop's own test and increment, which run once per trip.
+ends a trip of the loop when one of its instructions comes from the `for` line itself, with no
+kernel line inlined below it: the loop's own test and increment, which run once per trip, and its
+entry test. A block records a trip of each line inside a loop's body that its code comes from (at
+any depth of inlining), unless it ends that loop's trips: the loop's entry, where the host compiler
+hoists what the body computes once, and its latch. A line runs on a trip when any block recording
+it ran.
 
 Only the blocks an entry point can reach are given to the runtime: those of its function and of the
 kernel functions it calls.
@@ -19,7 +22,6 @@ import functools
 import re
 import shutil
 import subprocess
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,19 +35,23 @@ _CALL_TARGET = re.compile(r"<([^+>]+)>")
 
 @dataclass(frozen=True)
 class EntryBlocks:
-    """The basic blocks one entry point can reach, and the loops they lie in."""
+    """The basic blocks one entry point can reach, the loops they end trips of, and the (line, loop)
+    pairs whose trips they record."""
     offsets: tuple[int, ...]                   # each block's return address, as a module offset
-    # per block, ("file:line", instructions) for each kernel line its instructions come from (at any
-    # depth of inlining): a line's main block is the one holding most of its code
-    frames: tuple[tuple[tuple[str, int], ...], ...]
     loops: tuple[str, ...]                     # each counted loop's `for` line, "file:line"
     ends: tuple[tuple[int, ...], ...]          # per block, the loops whose trips it ends
-    within: tuple[tuple[int, ...], ...]        # per block, the loops it lies in
+    pairs: tuple[tuple[str, int], ...]         # ("file:line" inside a loop's body, that loop)
+    records: tuple[tuple[int, ...], ...]       # per block, the pairs it records a trip of
 
-    @property
-    def pairs(self) -> list[tuple[int, int]]:
-        """(block, loop) for each block and each loop it lies in, in the runtime's order."""
-        return [(b, h) for b, loops in enumerate(self.within) for h in loops]
+    def pair(self, line: str, loop: str) -> int | None:
+        """The index of (line, loop) among the pairs, or None: the executor counted no trip of
+        that line in that loop (its code lies only in the loop's entry and latch, or nowhere)."""
+        if loop not in self.loops:
+            return None
+        try:
+            return self.pairs.index((line, self.loops.index(loop)))
+        except ValueError:
+            return None
 
 
 def _functions(disassembly: str) -> dict[str, list[tuple[int, str, str]]]:
@@ -221,15 +227,17 @@ def entry_blocks(library: Path, entry: str, src_dir: Path | None = None) -> Entr
     statements = {f: for_statements(text) for f in files if (text := _source(f, src_dir)) is not None}
     loops = [f"{f}:{line}" for f in files for line, _ in statements.get(f, ())]
     loop_id = {loop: i for i, loop in enumerate(loops)}
-    offsets, frames, ends, within = [], [], [], []
+    pairs: dict[tuple[str, int], int] = {}
+    offsets, ends, records = [], [], []
     for offset, addresses in blocks:
         seen = [chains.get(a, []) for a in addresses]
-        lines = {(f, line) for chain in seen for f, line in chain}
+        mine = tuple(sorted({loop_id[f"{chain[0][0]}:{chain[0][1]}"] for chain in seen
+                             if chain and f"{chain[0][0]}:{chain[0][1]}" in loop_id}))
+        # The lines inside a loop's body whose code this block holds, where the block is not the
+        # loop's own entry or latch: the host compiler hoists there what the body computes once.
+        held = sorted({(f"{f}:{line}", loop_id[f"{f}:{first}"]) for chain in seen for f, line in chain
+                       for first, last in statements.get(f, ()) if first < line <= last})
         offsets.append(offset)
-        held = Counter(f"{f}:{line}" for chain in seen for f, line in set(chain))
-        frames.append(tuple(sorted(held.items())))
-        ends.append(tuple(sorted({loop_id[f"{chain[0][0]}:{chain[0][1]}"] for chain in seen
-                                  if chain and f"{chain[0][0]}:{chain[0][1]}" in loop_id})))
-        within.append(tuple(sorted({loop_id[f"{f}:{first}"] for f, line in lines
-                                    for first, last in statements.get(f, ()) if first < line <= last})))
-    return EntryBlocks(tuple(offsets), tuple(frames), tuple(loops), tuple(ends), tuple(within))
+        ends.append(mine)
+        records.append(tuple(pairs.setdefault((line, h), len(pairs)) for line, h in held if h not in mine))
+    return EntryBlocks(tuple(offsets), tuple(loops), tuple(ends), tuple(pairs), tuple(records))

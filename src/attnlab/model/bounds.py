@@ -33,6 +33,7 @@ and contention between resources (the bounds do not add).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -148,6 +149,8 @@ def warp_instructions(t: Trace, kernel: str, gpu: GpuSpec) -> tuple[np.ndarray |
     spec = registry.get(kernel.split("@")[0], gpu.arch)
     entry = spec.launch_config(t.shape, gpu.sms)["entry"]
     loop = issue_model.loop_shape(spec.id, gpu.arch, entry)
+    if loop.why_not is None and (problem := issue_model.trip_problem(loop, t.launches[0])):
+        loop = dataclasses.replace(loop, why_not=problem)
     warps = math.ceil(int(np.prod(t.launches[0].block)) / 32)
     return issue_model.warp_instructions(loop, t.launches[0], warps), loop
 
@@ -206,7 +209,7 @@ def bounds_of(t: Trace, gpu: GpuSpec, resident: int, dot_products: bool = True,
 
 def _issue_text(issued: np.ndarray | None, loop: issue_model.LoopShape) -> str:
     if issued is None:
-        return f"not given: {loop.why_not or 'the executor counted no trips of the key-tile loop'}"
+        return f"not given: {loop.why_not}"
     return (f"{int(round(issued.sum())):,} warp instructions ({loop.inside} in the key-tile loop, "
             f"{loop.every_trip} of them on every trip and the rest on the trips their source line ran; "
             f"{loop.outside} outside it per warp) at {SCHEDULERS_PER_SM} per SM-clock")

@@ -7,14 +7,17 @@ loop of the entry's SASS that holds the most of HMMA (or, with none, MUFU.EX2); 
 branch names the loop's `for` line (nvdisasm -gi, attnlab.kernels.sass_lines). Each instruction in
 the loop is placed at the outermost of its source lines that lies inside that `for` statement's
 body: the copy under `if (next < tile1)`, the mask under `if (need_mask)`, Q's fragments under
-`if (j == tile0)`. The executor counts, per CTA, on how many trips of the same `for` each basic
-block of its CPU build ran, summed over warps (attnlab.executor.trips); a line runs on the trips of
-the block of its CPU build that holds the most of its code. A CTA then issues
+`if (j == tile0)`. The executor counts, per CTA, on how many trips of the same `for` each
+line ran, summed over warps (attnlab.executor.trips): the trips on which any block of the CPU
+build holding its code ran, the loop's entry and latch (where the host compiler hoists what the
+body computes once) left out. A CTA then issues
 
     sum over the loop's instructions of the trips their line ran on  +  the rest x warps,
 
 an instruction with no line inside the body (the loop's own test and increment, code hoisted into
-it) counted on every trip, and every instruction outside the loop once per warp. That holds where
+it), or at a line whose CPU code the host compiler hoisted, counted on every trip, and every
+instruction outside the loop once per warp. The HMMA among them, so counted, must come to the
+executor's own count of mma.sync: a SASS loop that is not one trip of the source's (unrolled) fails it. That holds where
 the loop is the whole of the hot path: no loop inside it (whose trip count the listing does not
 give), none around it (whose other instructions it would miss) and no second copy of it (a version
 the compiler made for another path, of which the listing does not say which runs). Elsewhere the
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..executor.counts import LaunchCounts
+from ..executor.trace import MMA_FLOPS
 from ..executor.trips import for_statements
 from ..kernels import registry, sass_lines, sass_loop
 from ..kernels.static import build, opcode
@@ -124,32 +128,21 @@ def loop_shape(kernel: str, arch: str, entry: str) -> LoopShape:
 
 def line_trips(shape: LoopShape, launch: LaunchCounts) -> tuple[dict[str, np.ndarray], np.ndarray] | None:
     """Per line inside the loop's body, per CTA, on how many trips of the loop its warps ran it
-    (summed over warps), and per CTA the trips themselves (its busiest block's); None where the
-    executor did not count trips of that loop. A line runs as often as the block of the CPU build
-    that holds the most of its code in the loop's body: the host compiler hoists parts of a line
-    (an address, a constant) out of a guard or the loop, and those parts run elsewhere."""
+    (summed over warps), and per CTA the trips themselves (its busiest line's); None where the
+    executor did not count trips of that loop, or counted another entry than the SASS read. A
+    line whose CPU code lies only in the loop's entry or latch (hoisted: computed once) has no
+    count, and runs on every trip."""
     blocks = launch.trip_blocks
-    if blocks is None or launch.trip_runs is None or shape.head not in blocks.loops:
+    if blocks is None or launch.trip_runs is None or launch.entry != shape.entry or shape.head not in blocks.loops:
         return None
     loop = blocks.loops.index(shape.head)
-    columns = [(j, b) for j, (b, h) in enumerate(blocks.pairs) if h == loop]
+    columns = [p for p, (_, h) in enumerate(blocks.pairs) if h == loop]
     if not columns:
         return None
     runs = launch.trip_runs
-    trips = runs[:, [j for j, _ in columns]].max(axis=1)
-    # The blocks that hold the loop's own test and increment: its entry (where the host compiler
-    # hoists what the body computes once) and its latch. A line's code counts there only where it
-    # has none in the body proper.
-    body = [(j, dict(blocks.frames[b])) for j, b in columns if loop not in blocks.ends[b]]
-    head = [(j, dict(blocks.frames[b])) for j, b in columns if loop in blocks.ends[b]]
-    out = {}
-    for line, _ in shape.parts:
-        for candidates in (body, head):
-            most = max((held.get(line, 0) for _, held in candidates), default=0) if line is not None else 0
-            if most:  # the line's main blocks: those holding the most of its code
-                out[line] = runs[:, [j for j, held in candidates if held.get(line, 0) == most]].max(axis=1)
-                break
-    return out, trips
+    out = {line: runs[:, p] for line, _ in shape.parts
+           if line is not None and (p := blocks.pair(line, shape.head)) is not None}
+    return out, runs[:, columns].max(axis=1)
 
 
 def _issued(parts, per_line: dict[str, np.ndarray], trips: np.ndarray) -> np.ndarray:
@@ -167,13 +160,27 @@ def marker_runs(shape: LoopShape, launch: LaunchCounts) -> np.ndarray | None:
     return None if measured is None else _issued(shape.marker_parts, *measured)
 
 
-def warp_instructions(shape: LoopShape, launch: LaunchCounts, warps: int) -> np.ndarray | None:
-    """Per CTA, the warp instructions it issues (None where the loop does not stand for the hot path
-    or the executor did not count its trips). A line the CPU build has no code for (the GPU's
-    compiler made instructions the host compiler needed none for) runs on every trip."""
-    if shape.why_not:
-        return None
+def trip_problem(shape: LoopShape, launch: LaunchCounts) -> str | None:
+    """Why the executor's trips cannot weigh the loop's SASS for this launch, or None. Where the
+    marker is HMMA, the lines' trips must give back the tensor-core instructions the executor
+    counted (within 1 %): an unrolled SASS loop, or one the compiler versioned, would not."""
     measured = line_trips(shape, launch)
     if measured is None:
+        return (f"the executor counted no trips of the key-tile loop ({shape.head}) for {shape.entry}"
+                if launch.entry == shape.entry else f"the counts are {launch.entry}'s, the SASS {shape.entry}'s")
+    if shape.marker == "HMMA":
+        got, want = _issued(shape.marker_parts, *measured).sum(), launch.block_field("tensor_flops").sum() / MMA_FLOPS
+        if abs(got - want) > 0.01 * max(want, 1):
+            return (f"the loop's HMMA issued on its lines' trips ({got:,.0f}) are not the executor's mma.sync "
+                    f"count ({want:,.0f}): the SASS loop is not one trip of the source's")
+    return None
+
+
+def warp_instructions(shape: LoopShape, launch: LaunchCounts, warps: int) -> np.ndarray | None:
+    """Per CTA, the warp instructions it issues (None where the loop does not stand for the hot path
+    or trip_problem says the executor's trips cannot weigh it). A line the CPU build records no trip
+    of (the GPU's compiler made instructions the host compiler needed none for, or hoisted) runs on
+    every trip."""
+    if shape.why_not or trip_problem(shape, launch):
         return None
-    return _issued(shape.parts, *measured) + shape.outside * warps
+    return _issued(shape.parts, *line_trips(shape, launch)) + shape.outside * warps
