@@ -8,6 +8,7 @@ The table of one cubin is cached beside attnlab's other caches, per nvdisasm ver
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 import subprocess
@@ -52,19 +53,26 @@ def parse(listing: str) -> dict[str, dict[int, tuple[Frame, ...]]]:
     return out
 
 
+@functools.lru_cache(maxsize=16)
+def _tables(cubin: Path) -> dict:
+    """Every function's line table of one cubin, as cached on disk (JSON: offsets as strings), read
+    once per process however many of its entries are asked for."""
+    cached = cache_dir() / "sass-lines" / f"{cubin.stem}-nvdisasm-{toolchain.nvdisasm_version()}.json"
+    if cached.exists():
+        return json.loads(cached.read_text())
+    proc = subprocess.run([toolchain.nvdisasm(), "-gi", str(cubin)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"nvdisasm failed on {cubin.name}: {proc.stderr.strip()[:300]}")
+    tables = {name: {str(off): [list(f) for f in frames] for off, frames in table.items()}
+              for name, table in parse(proc.stdout).items()}
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(cached, json.dumps(tables, separators=(",", ":")))
+    return tables
+
+
 def line_table(spec: KernelSpec, arch: str, function: str) -> dict[int, tuple[Frame, ...]]:
     """offset -> frames (innermost first) of each instruction of `function` in `spec`'s cubin for
     `arch` (nvcc and nvdisasm, cached)."""
     cubin, _ = nvcc_cubin(spec, arch)
-    cached = cache_dir() / "sass-lines" / f"{cubin.stem}-nvdisasm-{toolchain.nvdisasm_version()}.json"
-    if cached.exists():
-        tables = json.loads(cached.read_text())
-    else:
-        proc = subprocess.run([toolchain.nvdisasm(), "-gi", str(cubin)], capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"nvdisasm failed on {spec.id} ({arch}): {proc.stderr.strip()[:300]}")
-        tables = {name: {str(off): [list(f) for f in frames] for off, frames in table.items()}
-                  for name, table in parse(proc.stdout).items()}
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(cached, json.dumps(tables, separators=(",", ":")))
-    return {int(off): tuple((f, int(line)) for f, line in frames) for off, frames in tables.get(function, {}).items()}
+    return {int(off): tuple((f, int(line)) for f, line in frames)
+            for off, frames in _tables(cubin).get(function, {}).items()}

@@ -54,11 +54,18 @@ def main_loop(lines: list[tuple[int, str]], marker: str = "HMMA") -> tuple[int, 
     return min((loop for loop in candidates if count(loop) == best), key=lambda loop: loop[1] - loop[0])
 
 
-def inside_and_outside(lines: list[tuple[int, str]], loop: tuple[int, int]) -> tuple[Counter, Counter]:
-    """Opcode counts inside `loop` and outside it, over the path a converged warp runs
-    (static.main_path: up to the last EXIT) and without never-executed padding (@!PT)."""
+def loop_body(lines: list[tuple[int, str]], loop: tuple[int, int]) -> list[tuple[int, str]]:
+    """(offset, instruction) of `loop` on the path a converged warp runs (static.main_path: up to
+    the last EXIT), without never-executed padding (@!PT)."""
     kept = lines[:len(main_path([ins for _, ins in lines]))]  # main_path cuts the list at its last EXIT
-    return (function_opcodes([ins for off, ins in kept if loop[0] <= off <= loop[1]]),
+    return [(off, ins) for off, ins in kept if loop[0] <= off <= loop[1] and not ins.startswith("@!PT ")]
+
+
+def inside_and_outside(lines: list[tuple[int, str]], loop: tuple[int, int]) -> tuple[Counter, Counter]:
+    """Opcode counts inside `loop` (loop_body) and outside it, over the path a converged warp runs
+    and without never-executed padding (@!PT)."""
+    kept = lines[:len(main_path([ins for _, ins in lines]))]
+    return (function_opcodes([ins for _, ins in loop_body(lines, loop)]),
             function_opcodes([ins for off, ins in kept if not loop[0] <= off <= loop[1]]))
 
 

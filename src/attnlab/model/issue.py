@@ -114,13 +114,10 @@ def loop_shape(kernel: str, arch: str, entry: str) -> LoopShape:
         marked: Counter = Counter()
         if last is not None:
             file, first = closing[0]
-            body = {off for off, _ in lines[:len(sass_loop.main_path([i for _, i in lines]))]
-                    if loop[0] <= off <= loop[1]}
-            for off, instruction in lines:
-                if off in body and not instruction.startswith("@!PT"):
-                    place = _place(table.get(off, ()), file, first, last)
-                    parts[place] += 1
-                    marked[place] += opcode(instruction).startswith(marker)
+            for off, instruction in sass_loop.loop_body(lines, loop):
+                place = _place(table.get(off, ()), file, first, last)
+                parts[place] += 1
+                marked[place] += opcode(instruction).startswith(marker)
         return LoopShape(entry, arch, marker, markers(loop), sum(ins.values()), sum(out.values()), why, head,
                          _sorted(parts), _sorted(+marked))
     return LoopShape(entry, arch, None, 0, 0, 0, "no loop holds an HMMA or a MUFU.EX2")
@@ -160,11 +157,8 @@ def marker_runs(shape: LoopShape, launch: LaunchCounts) -> np.ndarray | None:
     return None if measured is None else _issued(shape.marker_parts, *measured)
 
 
-def trip_problem(shape: LoopShape, launch: LaunchCounts) -> str | None:
-    """Why the executor's trips cannot weigh the loop's SASS for this launch, or None. Where the
-    marker is HMMA, the lines' trips must give back the tensor-core instructions the executor
-    counted (within 1 %): an unrolled SASS loop, or one the compiler versioned, would not."""
-    measured = line_trips(shape, launch)
+def _problem(shape: LoopShape, launch: LaunchCounts, measured) -> str | None:
+    """trip_problem, given line_trips(shape, launch)."""
     if measured is None:
         return (f"the executor counted no trips of the key-tile loop ({shape.head}) for {shape.entry}"
                 if launch.entry == shape.entry else f"the counts are {launch.entry}'s, the SASS {shape.entry}'s")
@@ -176,11 +170,21 @@ def trip_problem(shape: LoopShape, launch: LaunchCounts) -> str | None:
     return None
 
 
+def trip_problem(shape: LoopShape, launch: LaunchCounts) -> str | None:
+    """Why the executor's trips cannot weigh the loop's SASS for this launch, or None. Where the
+    marker is HMMA, the lines' trips must give back the tensor-core instructions the executor
+    counted (within 1 %): an unrolled SASS loop, or one the compiler versioned, would not."""
+    return _problem(shape, launch, line_trips(shape, launch))
+
+
 def warp_instructions(shape: LoopShape, launch: LaunchCounts, warps: int) -> np.ndarray | None:
     """Per CTA, the warp instructions it issues (None where the loop does not stand for the hot path
     or trip_problem says the executor's trips cannot weigh it). A line the CPU build records no trip
     of (the GPU's compiler made instructions the host compiler needed none for, or hoisted) runs on
     every trip."""
-    if shape.why_not or trip_problem(shape, launch):
+    if shape.why_not:
         return None
-    return _issued(shape.parts, *line_trips(shape, launch)) + shape.outside * warps
+    measured = line_trips(shape, launch)
+    if _problem(shape, launch, measured):
+        return None
+    return _issued(shape.parts, *measured) + shape.outside * warps
