@@ -265,25 +265,33 @@ def build_library(source: str, entries, defines=(), src_dir: Path | None = None)
     return lib
 
 
+def frames_at(library: Path, offsets) -> dict[int, list[str]] | None:
+    """offset -> its frames, "path:line" innermost first (the lines it was inlined at), for each code
+    offset in `library`, by addr2line (None without addr2line)."""
+    tool = shutil.which("addr2line")
+    if tool is None:
+        return None
+    proc = subprocess.run([tool, "-e", str(library), "-i", "-a"], input="\n".join(hex(o) for o in offsets),
+                          capture_output=True, text=True, check=False)
+    result: dict[int, list[str]] = {}
+    current = None
+    for line in proc.stdout.splitlines():
+        if line.startswith("0x"):
+            current = result.setdefault(int(line, 16), [])
+        elif current is not None:
+            current.append(line.split(" (discriminator")[0].strip())
+    return result
+
+
 def source_lines(library: Path, offsets) -> dict[int, str]:
     """offset -> "file:line" (inlined frames joined innermost first with " < ") for each code offset
     in `library`, by addr2line; offsets it cannot place map to "?"."""
     offsets = sorted({o for o in offsets if o})
     if not offsets:
         return {}
-    tool = shutil.which("addr2line")
-    if tool is None:
+    result = frames_at(library, offsets)
+    if result is None:
         return {o: f"+0x{o:x}" for o in offsets}
-    proc = subprocess.run([tool, "-e", str(library), "-i", "-a", *[hex(o) for o in offsets]],
-                          capture_output=True, text=True, check=False)
-    result: dict[int, list[str]] = {}
-    current = None
-    for line in proc.stdout.splitlines():
-        if line.startswith("0x"):
-            current = int(line, 16)
-            result[current] = []
-        elif current is not None:
-            result[current].append(line.split(" (discriminator")[0].strip())
     return {o: _frames_text(result.get(o, [])) for o in offsets}
 
 

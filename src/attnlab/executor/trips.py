@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..paths import kernels_dir
+from .build import ExecutorUnavailable, frames_at
 
 HOOK = "__sanitizer_cov_trace_pc"
 _FUNCTION = re.compile(r"^([0-9a-f]+) <(.+)>:$")
@@ -80,18 +81,16 @@ def _kernel_file(path: str) -> str | None:
 
 def _chains(library: Path, addresses: list[int]) -> dict[int, list[tuple[str, int]]]:
     """address -> its kernel frames, innermost first, as (file, line), by addr2line."""
-    proc = subprocess.run([shutil.which("addr2line") or "addr2line", "-e", str(library), "-i", "-a"],
-                          input="\n".join(hex(a) for a in addresses), capture_output=True, text=True, check=True)
+    frames = frames_at(library, addresses)
+    if frames is None:
+        raise ExecutorUnavailable("counting trips needs addr2line (binutils), which is not on PATH")
     out: dict[int, list[tuple[str, int]]] = {}
-    current: list | None = None
-    for line in proc.stdout.splitlines():
-        if line.startswith("0x"):
-            current = out.setdefault(int(line, 16), [])
-            continue
-        path, _, number = line.split(" (discriminator")[0].strip().rpartition(":")
-        name = _kernel_file(path)
-        if current is not None and name and number.isdigit() and int(number) > 0:
-            current.append((name, int(number)))
+    for address, chain in frames.items():
+        out[address] = []
+        for frame in chain:
+            path, _, number = frame.rpartition(":")
+            if (name := _kernel_file(path)) and number.isdigit() and int(number) > 0:
+                out[address].append((name, int(number)))
     return out
 
 
