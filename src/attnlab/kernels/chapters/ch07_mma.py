@@ -428,40 +428,32 @@ for _kid, _step, _title, _summary, _extra in (
 ROWS_THAT_FILL = ("07_mma", "07_mma_across_heads")
 
 
+def _two_launches(one: dict, two: dict, choose: Callable) -> dict:
+    """The geometry of a launcher step over step 7.6's launch (`one`) and step 7.8's (`two`), where
+    choose(shape, sms=None) gives (0 for one, 1 for two; the key split) on the GPU at hand or one of
+    `sms` SMs: grid, dynamic_smem and at_split follow the choice on the GPU at hand, launch_config
+    takes another GPU's SM count through KernelSpec.runs."""
+    def at(s: Shape, k: int) -> dict:
+        return (one, two)[choose(s)[0]]["at_split"](s, k)
+
+    return {"block": two["block"], "grid": lambda s: at(s, choose(s)[1])["grid"],
+            "dynamic_smem": lambda s: at(s, choose(s)[1])["dynamic_smem"],
+            "kv_split": lambda s, sms=None: choose(s, sms)[1], "at_split": at,
+            "entries_by_split": two["entries_by_split"], "choice": lambda s, sms=None: choose(s, sms)[0]}
+
+
 def rows_that_fill_geometry(config: dict) -> dict:
-    """The launch of each alternative of ROWS_THAT_FILL for a build of `config`, and the choice
-    (grid, dynamic_smem and at_split: the choice on the GPU at hand; launch_config takes another
-    GPU's SM count through KernelSpec.runs)."""
+    """The launch of each alternative of ROWS_THAT_FILL for a build of `config`, and the choice:
+    step 7.8's where its unsplit grid covers SPLIT_FILL of the SMs, else step 7.6's, each with its
+    own key split."""
     one, two = geometry(config), ACROSS_HEADS.geometry(config)
 
-    def choice(s: Shape, sms: int | None = None) -> int:
+    def choose(s: Shape, sms: int | None = None) -> tuple[int, int]:
         gx, gy, _ = two["at_split"](s, 1)["grid"]  # step 7.8's grid, unsplit
-        return 1 if gx * gy >= SPLIT_FILL * _sms(sms) else 0
+        which = 1 if gx * gy >= SPLIT_FILL * _sms(sms) else 0
+        return which, (one, two)[which]["kv_split"](s, sms)
 
-    def pick(s: Shape, sms: int | None = None) -> dict:
-        return (one, two)[choice(s, sms)]
-
-    return {"block": two["block"], "grid": lambda s: pick(s)["grid"](s),
-            "dynamic_smem": lambda s: pick(s)["dynamic_smem"](s),
-            "kv_split": lambda s, sms=None: pick(s, sms)["kv_split"](s, sms),
-            "at_split": lambda s, k: pick(s)["at_split"](s, k),
-            "entries_by_split": two["entries_by_split"], "choice": choice}
-
-
-register(KernelSpec(
-    id="07_mma_rows_that_fill",
-    title="Swizzle + double buffer, two row blocks where they fill the GPU",
-    entry=ACROSS_HEADS.entries[64],
-    entries_by_head_dim=ACROSS_HEADS.entries,
-    **rows_that_fill_geometry(TUNING.defaults),
-    **COMMON,
-    tuning=variant_tuning(rows_that_fill_geometry),
-    alternatives=ROWS_THAT_FILL,
-    summary="step 7.8 where its unsplit grid fills the GPU, step 7.6's launch (one row block, its key split) "
-            "where it does not",
-    conflict_free=("ldmatrix", "cp.async", "ld/st"),
-    variant_of="07_mma",
-))
+    return _two_launches(one, two, choose)
 
 
 # Step 7.10: step 7.9 takes a grid as filling the GPU once it covers SPLIT_FILL of the SMs, as step
@@ -475,11 +467,8 @@ def even_split_geometry(config: dict) -> dict:
     over the SMs as evenly as SPLIT_EFFICIENCY of the most even's (choose_even_split)."""
     one, two = geometry(config), ACROSS_HEADS.geometry(config)
 
-    def launches(s: Shape) -> list[tuple[int, int]]:  # (alternative, key split), preferred first
-        return [(1, 1)] + [(0, k) for k in splits_at(config, s.D)]
-
-    def pick(s: Shape, sms: int | None = None) -> tuple[int, int]:
-        options = launches(s)
+    def choose(s: Shape, sms: int | None = None) -> tuple[int, int]:
+        options = [(1, 1)] + [(0, k) for k in splits_at(config, s.D)]  # (alternative, key split), preferred first
 
         def ctas(i: int) -> int:
             alternative, k = options[i]
@@ -488,29 +477,29 @@ def even_split_geometry(config: dict) -> dict:
 
         return options[choose_even_split(ctas, range(len(options)), _sms(sms))]
 
-    def at(s: Shape, k: int) -> dict:
-        return (one, two)[pick(s)[0]]["at_split"](s, k)
-
-    return {"block": two["block"], "grid": lambda s: at(s, pick(s)[1])["grid"],
-            "dynamic_smem": lambda s: at(s, pick(s)[1])["dynamic_smem"],
-            "kv_split": lambda s, sms=None: pick(s, sms)[1], "at_split": at,
-            "entries_by_split": two["entries_by_split"], "choice": lambda s, sms=None: pick(s, sms)[0]}
+    return _two_launches(one, two, choose)
 
 
-register(KernelSpec(
-    id="07_mma_even_split",
-    title="Swizzle + double buffer, two row blocks where they fill the GPU, keys split evenly",
-    entry=ACROSS_HEADS.entries[64],
-    entries_by_head_dim=ACROSS_HEADS.entries,
-    **even_split_geometry(TUNING.defaults),
-    **COMMON,
-    tuning=variant_tuning(even_split_geometry),
-    alternatives=ROWS_THAT_FILL,
-    summary="step 7.9's launches, step 7.8's or step 7.6's at a key split, whichever spreads its CTAs over the "
-            "SMs most evenly (fewer splits and two row blocks first, within SPLIT_EFFICIENCY)",
-    conflict_free=("ldmatrix", "cp.async", "ld/st"),
-    variant_of="07_mma",
-))
+for _kid, _geometry, _title, _summary in (
+        ("07_mma_rows_that_fill", rows_that_fill_geometry, "two row blocks where they fill the GPU",
+         "step 7.8 where its unsplit grid fills the GPU, step 7.6's launch (one row block, its key split) "
+         "where it does not"),
+        ("07_mma_even_split", even_split_geometry, "two row blocks where they fill the GPU, keys split evenly",
+         "step 7.9's launches, step 7.8's or step 7.6's at a key split, whichever spreads its CTAs over the "
+         "SMs most evenly (fewer splits and two row blocks first, within SPLIT_EFFICIENCY)")):
+    register(KernelSpec(
+        id=_kid,
+        title=f"Swizzle + double buffer, {_title}",
+        entry=ACROSS_HEADS.entries[64],
+        entries_by_head_dim=ACROSS_HEADS.entries,
+        **_geometry(TUNING.defaults),
+        **COMMON,
+        tuning=variant_tuning(_geometry),
+        alternatives=ROWS_THAT_FILL,
+        summary=_summary,
+        conflict_free=("ldmatrix", "cp.async", "ld/st"),
+        variant_of="07_mma",
+    ))
 
 
 @dataclass(frozen=True)
