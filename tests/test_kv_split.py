@@ -304,3 +304,26 @@ def test_step_7_10_passes_the_cpu_check_where_it_takes_step_7_8s_launch(causal):
     assert spec.launch_config(shape)["entry"] == "attn_fwd_07_mma_across_heads_d64"
     case = cpu.check_case_cpu(spec, shape, causal, 0)
     assert case.passed and not case.findings, case
+
+
+@pytest.mark.parametrize("arch,sms", [("sm_89", 58), ("sm_90", 132), ("sm_80", 108)])
+def test_step_7_11_launches_step_7_10s_launch_with_the_lean_loop(arch, sms):
+    """07_mma_lean_loop changes the kernel, not the launcher: at every shape its grid, block, shared
+    memory and key split are step 7.10's, and its entry is the lean-loop twin of step 7.10's."""
+    lean, ten = registry.get("07_mma_lean_loop", arch), registry.get("07_mma_even_split", arch)
+    for s in ROWS_THAT_FILL + [MISSION, Shape(1, 8, 512, 128), Shape(1, 58, 100, 64), Shape(3, 5, 700, 128)]:
+        mine, theirs = lean.launch_config(s, sms), ten.launch_config(s, sms)
+        assert mine["entry"] == theirs["entry"].replace("attn_fwd_07_mma", "attn_fwd_07_mma_lean", 1), (arch, s)
+        assert {k: v for k, v in mine.items() if k != "entry"} == {k: v for k, v in theirs.items() if k != "entry"}
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_step_7_11_passes_the_cpu_check_where_it_takes_step_7_8s_launch(causal):
+    """As for step 7.10: two heads of one 128-row tile per SM, so that step 7.11 runs its two-row-block
+    entry; L = 100 makes the second key tile ragged, the one the lean loop copies with row tests."""
+    from attnlab.executor import cpu
+
+    spec, shape = registry.get("07_mma_lean_loop", "sm_89"), Shape(1, 2 * gpus.sm_count()[0], 100, 64)
+    assert spec.launch_config(shape)["entry"] == "attn_fwd_07_mma_lean_across_heads_d64"
+    case = cpu.check_case_cpu(spec, shape, causal, 0)
+    assert case.passed and not case.findings, case

@@ -43,7 +43,8 @@ def test_riskiest_kernels_first_variants_last():
     assert set(variants) == {"07_mma_split2", "07_mma_split4", "07_mma_nosplit", "07_mma_two_barriers",
                              "07_mma_noswizzle", "07_mma_single_buffer", "07_mma_split_ctas", "07_mma_longest_first",
                              "07_mma_plain", "07_mma_two_row_blocks", "07_mma_across_heads",
-                             "07_mma_rows_that_fill", "07_mma_even_split"} | {
+                             "07_mma_rows_that_fill", "07_mma_even_split", "07_mma_lean", "07_mma_lean_across_heads",
+                             "07_mma_lean_loop"} | {
         k for k in registry.KERNELS if k.startswith("06_ws_")}
     assert order[-len(variants):] == [k for k in order if k in variants]
 

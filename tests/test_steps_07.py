@@ -52,9 +52,9 @@ def test_a_launcher_step_keeps_the_kernel_and_shows_its_rule(step):
 def test_the_first_step_has_every_technique_off_and_the_last_every_one_on():
     first, last = steps.step_switches(STEPS_07[0]), steps.step_switches(STEPS_07[-1])
     assert first == {"SWIZZLE": False, "STAGES": 1, "ONE_BARRIER": False, "LONGEST_FIRST": False, "KV_SPLIT": 1,
-                     "ROW_BLOCKS": 1, "ACROSS_HEADS": False}
+                     "ROW_BLOCKS": 1, "ACROSS_HEADS": False, "LEAN_LOOP": False}
     assert last["SWIZZLE"] and last["STAGES"] >= 2 and last["ONE_BARRIER"] and last["LONGEST_FIRST"]
-    assert last["KV_SPLIT"] > 1 and last["ROW_BLOCKS"] == 2 and last["ACROSS_HEADS"]
+    assert last["KV_SPLIT"] > 1 and last["ROW_BLOCKS"] == 2 and last["ACROSS_HEADS"] and last["LEAN_LOOP"]
 
 
 @pytest.mark.parametrize("step", KERNEL_STEPS, ids=lambda s: s.number)
@@ -89,6 +89,8 @@ def test_the_code_changes_where_the_technique_lives():
     assert "// ROW_BLOCKS = 2" in steps.step_source("7.7") and "// ROW_BLOCKS = 1" in steps.step_source("7.6")
     assert "q_block = linear / gridDim.y;" in steps.step_source("7.8")
     assert "q_block = linear / gridDim.y;" not in steps.step_source("7.7")
+    for marks in ("load_whole_tile", "__any_sync"):  # and the helper it brings shows with it
+        assert marks in steps.step_source("7.11") and marks not in steps.step_source("7.10")
 
 
 def test_specialize_takes_the_branch_the_switches_choose():

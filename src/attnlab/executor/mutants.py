@@ -97,6 +97,15 @@ MUTANTS: tuple[Mutant, ...] = (
            "row_warp * WARP_ROWS + 16 * mb + attn::ldsm_row(lane),", "row_warp * WARP_ROWS + attn::ldsm_row(lane),",
            ("07_mma_two_row_blocks",),
            "both row blocks of a warp take the first block's Q fragment: the second block's rows get the first's answers"),
+    Mutant("07-lean-ragged-tile", "07_mma_swizzle.cu",
+           "if ((next + 1) * BLOCK_N <= L) {", "if (next * BLOCK_N < L) {", ("07_mma_lean_loop",),
+           "the lean loop copies a ragged last K/V tile as a whole one: its rows past L are read past the head "
+           "(past the tensor, for the last head) instead of zero-filled"),
+    Mutant("07-lean-rescale-vote", "07_mma_swizzle.cu",
+           "if (!__any_sync(0xffffffffu, m_new != m_run[mb][h])) continue;",
+           "if (!__all_sync(0xffffffffu, m_new != m_run[mb][h])) continue;", ("07_mma_lean_loop",),
+           "the lean loop skips the rescale of O unless every row of the warp raised its max: rows whose max rose "
+           "keep sums and outputs weighted against their old max"),
 
     # ---- barriers, removed, weakened or miscounted ---------------------------------------------
     Mutant("02-no-reuse-barrier", "02_block_tiling.cu",

@@ -1,7 +1,7 @@
 """Chapter 7's steps as code: the kernel of each step, and what changed since the step before.
 
 Every step is kernels/07_mma_swizzle.cu built with its own template switches (SWIZZLE, STAGES,
-ONE_BARRIER, LONGEST_FIRST, KV_SPLIT, ROW_BLOCKS, ACROSS_HEADS), named once, in the step's
+ONE_BARRIER, LONGEST_FIRST, KV_SPLIT, ROW_BLOCKS, ACROSS_HEADS, LEAN_LOOP), named once, in the step's
 `ATTN07_ENTRY` line of the source.
 The compiler drops the branches a switch turns off; `step_source` drops them the same way in the
 text, so a reader sees the kernel each step builds: the `if constexpr` branches that do not apply
@@ -24,7 +24,10 @@ SOURCE = "07_mma_swizzle.cu"
 ENTRY_MACRO = "ATTN07_ENTRY"
 # The template switches a step sets, in the order the code view lists them. D and BLOCK_N are
 # sizes, not techniques: they stay symbolic.
-SWITCHES = ("SWIZZLE", "STAGES", "ONE_BARRIER", "LONGEST_FIRST", "KV_SPLIT", "ROW_BLOCKS", "ACROSS_HEADS")
+SWITCHES = ("SWIZZLE", "STAGES", "ONE_BARRIER", "LONGEST_FIRST", "KV_SPLIT", "ROW_BLOCKS", "ACROSS_HEADS",
+            "LEAN_LOOP")
+# The helpers of the source a switch brings in, shown with the kernel where it is on.
+HELPERS = {"LEAN_LOOP": "template <int D, int ROWS, bool SWIZZLE>\n__device__ __forceinline__ void load_whole_tile("}
 # Chapter 7's steps never take FlashAttention-2's partial route (that is 07_mma_split_ctas).
 FIXED = {"PARTIAL": False}
 
@@ -141,7 +144,7 @@ def _line_end(text: str, i: int) -> int:
 
 def _dedent_block(body: str, indent: str) -> str:
     """The lines inside a `{ ... }` block, moved out one level to `indent`."""
-    inner = body[1:-1].strip("\n")
+    inner = body[1:-1].lstrip("\n").rstrip()  # the closing brace's indent is no line of the block
     lines = inner.split("\n")
     out = []
     for line in lines:
@@ -234,14 +237,16 @@ def _function(text: str, signature: str) -> str:
 
 
 def step_source(step: Step | str) -> str:
-    """The code of one step: its switches, attn::tile_offset (kernels/swizzle.cuh) and the
-    kernel's body (attn_fwd_07), with every branch the switches decide resolved."""
+    """The code of one step: its switches, attn::tile_offset (kernels/swizzle.cuh), the helpers its
+    switches bring in (HELPERS) and the kernel's body (attn_fwd_07), with every branch the switches
+    decide resolved."""
     values = {**entry_switches(shown_entry(step)), **FIXED}
     values = {name: values[name] for name in (*SWITCHES, *FIXED)}
     swizzle_h = (kernels_dir() / "swizzle.cuh").read_text()
     kernel = (kernels_dir() / SOURCE).read_text()
     head = "".join(f"// {n} = {str(values[n]).lower()}\n" for n in SWITCHES)
     parts = [_function(swizzle_h, "template <int ROW_BYTES, bool SWIZZLE>"),
+             *(_function(kernel, signature) for switch, signature in HELPERS.items() if values[switch]),
              _function(kernel, "template <int D, int BLOCK_N, int KV_SPLIT, bool SWIZZLE")]
     code = head + "\n" + "\n".join(specialize(p, values) for p in parts)
     return re.sub(r"\n{3,}", "\n\n", code)  # a resolved branch leaves no run of blank lines

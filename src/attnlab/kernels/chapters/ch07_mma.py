@@ -29,10 +29,10 @@ MAX_STAGES = 3                # and the most stages it gives
 # takes those tiles or less, cta_split_tiles). tests/test_kernel_07_static.py holds each
 # build to it. Registers move between CUDA toolkits: a build over the bound fails that test, and
 # the bound moves with it.
-REGISTERS = {64: 160, 128: 232}
+REGISTERS = {64: 160, 128: 240}
 # And of step 7.7's entries with two 16-row blocks per warp (D = 64 only): two CTAs of 128 threads
-# may hold 256 registers each, and ptxas takes nearly all of them.
-TWO_ROWS_REGISTERS = 248
+# may hold 255 registers each (256 in the allocation's steps of 8), and ptxas takes nearly all of them.
+TWO_ROWS_REGISTERS = 255
 # The source's ATTN07_ENTRY lines: entry name -> its template arguments by parameter name.
 _ENTRIES = macro_calls(SOURCE, "ATTN07_ENTRY")
 
@@ -398,6 +398,11 @@ TWO_ROWS = LaterStep("attn_fwd_07_mma_two_row_blocks")
 TWO_ROWS_ENTRY, TWO_ROWS_BLOCKS = TWO_ROWS.entries, TWO_ROWS.row_blocks
 # Step 7.8: step 7.7 with a causal grid's longest query tiles first across every head, not per head.
 ACROSS_HEADS = LaterStep("attn_fwd_07_mma_across_heads")
+# Step 7.11's two launches: steps 7.6 and 7.8 with the lean key-tile loop (below).
+LEAN = LaterStep("attn_fwd_07_mma_lean")
+LEAN_ACROSS_HEADS = LaterStep("attn_fwd_07_mma_lean_across_heads")
+LEAN_SUMMARY = "with less scalar work per key tile: whole K/V tiles copied without row tests, the rescale of O " \
+               "skipped where no row's max rose"
 
 for _kid, _step, _title, _summary, _extra in (
         ("07_mma_two_row_blocks", TWO_ROWS, "two row blocks per warp",
@@ -405,7 +410,11 @@ for _kid, _step, _title, _summary, _extra in (
          "from shared memory feeds the MMAs of both", {}),
         ("07_mma_across_heads", ACROSS_HEADS, "two row blocks, longest first across the heads",
          "step 7.7, and a causal grid launches every head's longest query tile before any head's next",
-         {"causal_heads_first": True})):
+         {"causal_heads_first": True}),
+        ("07_mma_lean", LEAN, "one row block, lean loop",
+         f"step 7.6 (one row block, its key split) {LEAN_SUMMARY}", {}),
+        ("07_mma_lean_across_heads", LEAN_ACROSS_HEADS, "two row blocks, lean loop",
+         f"step 7.8 {LEAN_SUMMARY}", {"causal_heads_first": True})):
     register(KernelSpec(
         id=_kid,
         title=f"Swizzle + double buffer, {_title}",
@@ -461,11 +470,13 @@ def rows_that_fill_geometry(config: dict) -> dict:
 # shape step 7.6's 64 unsplit CTAs pass for 58 SMs, and 6 SMs then hold two CTAs while 52 hold one
 # (step 7.9's page). This step's launcher weighs each launch it has by how evenly its CTAs spread over
 # the SMs and takes the first, in the order below, within SPLIT_EFFICIENCY of the most even.
-def even_split_geometry(config: dict) -> dict:
+def even_split_geometry(config: dict, one_row: "LaterStep | None" = None, two_rows: "LaterStep" = ACROSS_HEADS) -> dict:
     """Step 7.9's two launches for a build of `config`: of step 7.8's unsplit and step 7.6's at each
     key split, in that order (two row blocks first, then fewer splits), the first whose CTAs spread
-    over the SMs as evenly as SPLIT_EFFICIENCY of the most even's (choose_even_split)."""
-    one, two = geometry(config), ACROSS_HEADS.geometry(config)
+    over the SMs as evenly as SPLIT_EFFICIENCY of the most even's (choose_even_split). `one_row` and
+    `two_rows`: the entries of the two launches (step 7.6's and step 7.8's without)."""
+    one = geometry(config) if one_row is None else one_row.geometry(config)
+    two = two_rows.geometry(config)
 
     def choose(s: Shape, sms: int | None = None) -> tuple[int, int]:
         options = [(1, 1)] + [(0, k) for k in splits_at(config, s.D)]  # (alternative, key split), preferred first
@@ -480,22 +491,38 @@ def even_split_geometry(config: dict) -> dict:
     return _two_launches(one, two, choose)
 
 
-for _kid, _geometry, _title, _summary in (
-        ("07_mma_rows_that_fill", rows_that_fill_geometry, "two row blocks where they fill the GPU",
+# Step 7.11: step 7.10 with less scalar work in every trip of the key-tile loop (LEAN_LOOP): a K/V
+# tile inside L is copied without a row test, from addresses whose per-thread part is worked out once,
+# and a warp whose rows kept their maxima skips the rescale of O. Its two launches are steps 7.6 and
+# 7.8 with the switch (07_mma_lean, 07_mma_lean_across_heads); the launcher is step 7.10's.
+LEAN_LAUNCHES = ("07_mma_lean", "07_mma_lean_across_heads")
+
+
+def lean_geometry(config: dict) -> dict:
+    """Step 7.10's launcher over the LEAN_LOOP entries."""
+    return even_split_geometry(config, LEAN, LEAN_ACROSS_HEADS)
+
+
+for _kid, _geometry, _launches, _two_rows, _title, _summary in (
+        ("07_mma_rows_that_fill", rows_that_fill_geometry, ROWS_THAT_FILL, ACROSS_HEADS,
+         "two row blocks where they fill the GPU",
          "step 7.8 where its unsplit grid fills the GPU, step 7.6's launch (one row block, its key split) "
          "where it does not"),
-        ("07_mma_even_split", even_split_geometry, "two row blocks where they fill the GPU, keys split evenly",
+        ("07_mma_even_split", even_split_geometry, ROWS_THAT_FILL, ACROSS_HEADS,
+         "two row blocks where they fill the GPU, keys split evenly",
          "step 7.9's launches, step 7.8's or step 7.6's at a key split, whichever spreads its CTAs over the "
-         "SMs most evenly (fewer splits and two row blocks first, within SPLIT_EFFICIENCY)")):
+         "SMs most evenly (fewer splits and two row blocks first, within SPLIT_EFFICIENCY)"),
+        ("07_mma_lean_loop", lean_geometry, LEAN_LAUNCHES, LEAN_ACROSS_HEADS, "lean key-tile loop",
+         f"step 7.10's launches {LEAN_SUMMARY}")):
     register(KernelSpec(
         id=_kid,
         title=f"Swizzle + double buffer, {_title}",
-        entry=ACROSS_HEADS.entries[64],
-        entries_by_head_dim=ACROSS_HEADS.entries,
+        entry=_two_rows.entries[64],
+        entries_by_head_dim=_two_rows.entries,
         **_geometry(TUNING.defaults),
         **COMMON,
         tuning=variant_tuning(_geometry),
-        alternatives=ROWS_THAT_FILL,
+        alternatives=_launches,
         summary=_summary,
         conflict_free=("ldmatrix", "cp.async", "ld/st"),
         variant_of="07_mma",
@@ -529,6 +556,7 @@ STEPS_07: tuple[Step, ...] = (
          rule=rows_that_fill_geometry),
     Step("7.10", "07_mma_even_split", "The launch that spreads its CTAs most evenly", "ch07_10_even_split",
          rule=even_split_geometry),
+    Step("7.11", "07_mma_lean_loop", "Less scalar work per key tile", "ch07_11_lean_loop"),
 )
 
 
