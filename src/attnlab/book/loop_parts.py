@@ -1,0 +1,75 @@
+"""Where a chapter-7 step's key-tile loop spends its instructions: the loop's SASS split into parts
+by the source lines they come from, each part weighed by the trips the CPU executor ran its lines on
+(attnlab.model.issue, the time model's instruction-issue bound). Instructions in the binary and
+trips run are measurements; neither is a time.
+
+    loop_parts("07_mma_lean_loop", Shape(4, 16, 4096, 64), False, "H100 SXM",
+               {"copy": ("load_tile<", "load_whole_tile<")})
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..gpus import by_key
+from ..model import bounds, issue
+from ..paths import kernels_dir
+from ..shapes import Shape
+
+REST = "the rest of the loop"
+
+
+@dataclass(frozen=True)
+class Part:
+    name: str
+    in_loop: int     # SASS instructions of the loop body placed at the part's source lines
+    issued: float    # warp instructions the part issues per CTA (all its warps, every trip), on average
+    ran: float       # of the loop's warp-trips, the share on which any of the part's lines ran
+
+
+def _text(line: str) -> str:
+    """The source text of "file:line"."""
+    file, number = line.rsplit(":", 1)
+    return (kernels_dir() / file.split("/")[-1]).read_text().splitlines()[int(number) - 1]
+
+
+def _measured(kernel: str, shape: Shape, causal: bool, gpu: str):
+    """(the loop's shape, its lines' trips per CTA, the loop's trips per CTA) for the launch; a
+    ValueError where the time model gives no issue bound for it (issue.LoopShape.why_not)."""
+    spec_gpu = by_key(gpu)
+    t = bounds.counted(kernel, shape, causal, spec_gpu)
+    issued, loop = bounds.warp_instructions(t, kernel, spec_gpu)
+    if issued is None:
+        raise ValueError(f"{kernel} at {shape.label()} on the {gpu}: {loop.why_not}")
+    return (loop, *issue.line_trips(loop, t.launches[0]))
+
+
+def line_ran(kernel: str, shape: Shape, causal: bool, gpu: str, text: str) -> float:
+    """Of the loop's warp-trips, the share on which its first line containing `text` ran."""
+    loop, per_line, trips = _measured(kernel, shape, causal, gpu)
+    line = next((line for line, _ in loop.parts if line is not None and text in _text(line)), None)
+    if line is None:
+        raise ValueError(f"no line of {kernel}'s key-tile loop contains {text!r}")
+    return float(per_line.get(line, trips).sum() / trips.sum())
+
+
+def loop_parts(kernel: str, shape: Shape, causal: bool, gpu: str, parts: dict[str, tuple[str, ...]]) -> list[Part]:
+    """The key-tile loop of the entry `kernel` launches at `shape` on `gpu` (a key of gpus.GPUS), cut
+    into `parts` (name -> texts: a source line inside the loop that contains one of them belongs
+    to that part, the first that matches) and REST, with the launch's counts on the CPU executor.
+    A ValueError where the time model gives no issue bound for the launch (issue.LoopShape.why_not)."""
+    loop, per_line, trips = _measured(kernel, shape, causal, gpu)
+
+    def part_of(line: str | None) -> str:
+        text = "" if line is None else _text(line)
+        return next((name for name, marks in parts.items() if any(m in text for m in marks)), REST)
+
+    out = []
+    for name in (*parts, REST):
+        lines = [(line, n) for line, n in loop.parts if part_of(line) == name]
+        runs = [per_line.get(line, trips) for line, _ in lines]
+        out.append(Part(name, sum(n for _, n in lines),
+                        float(np.mean(sum((n * r for (_, n), r in zip(lines, runs)), np.zeros(len(trips))))),
+                        float(np.max(runs, axis=0).sum() / trips.sum()) if runs else 0.0))
+    return out
