@@ -212,6 +212,7 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
     static_assert(STAGES >= 1 && (STAGES >= 2 || !ONE_BARRIER), "one stage needs the second barrier before its refill");
     static_assert(!PARTIAL || KV_SPLIT == 1, "one route to split the keys at a time");
     static_assert(ROW_BLOCKS == 1 || ROW_BLOCKS == 2, "one or two 16-row blocks per warp");
+    static_assert(!LEAN_LOOP || (ONE_BARRIER && STAGES > 1), "the lean loop's copy is the one-barrier prefetch's");
     constexpr int ROW_BYTES = D * 2;
     constexpr int Q_BYTES = BLOCK_M * ROW_BYTES;
     constexpr int KV_BYTES = BLOCK_N * ROW_BYTES;

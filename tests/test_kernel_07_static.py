@@ -288,6 +288,30 @@ def test_sass_has_the_promised_instruction_mix(build):
 
 
 @pytest.mark.parametrize("arch", ARCHES)
+def test_the_lean_loop_branches_around_the_rescale(arch):
+    """Step 7.11 skips the rescale of O by a branch, not by predication: in the key-tile loop each of
+    its 2 x row-block votes is followed by a branch on the vote's predicate (the first instruction
+    the predicate guards), and no multiply is predicated. (Predicated, the skipped multiplies would still take issue slots,
+    and the model's count of the trips they ran on would undercount them.)"""
+    from attnlab.kernels import sass_loop
+
+    spec = registry.get("07_mma_lean_loop", arch)
+    sass, bn = static_build(spec, arch).sass, block_n(spec)
+    lean = [n for n, v in ENTRIES.items() if v[7] and _runs(n, bn)]
+    assert len(lean) >= 10
+    for name in lean:
+        lines = sass_loop.listing(sass, name)
+        body = [ins for _, ins in sass_loop.loop_body(lines, sass_loop.main_loop(lines, "HMMA"))]
+        votes = [i for i, ins in enumerate(body) if ins.startswith("VOTE.ANY")]
+        assert len(votes) == 2 * ENTRIES[name][5], f"{name} on {arch}"
+        for i in votes:
+            pred = re.match(r"VOTE\.ANY (P\d)", body[i]).group(1)
+            guarded = next(ins for ins in body[i + 1:] if re.match(rf"@!?{pred} ", ins))
+            assert guarded.startswith(f"@!{pred} BRA "), f"{name} on {arch}: {guarded}"
+        assert not [ins for ins in body if ins.startswith("@") and "FMUL" in ins], f"{name} on {arch}"
+
+
+@pytest.mark.parametrize("arch", ARCHES)
 def test_the_row_max_is_reduced_per_tile_and_the_row_sum_once(arch):
     """The key-tile loop (the backward branch around the MMAs, sass_loop.main_loop) holds four quad
     shuffles: the max of rows g and g+8, xor 1 and xor 2 each. Each lane keeps its own share of the

@@ -319,11 +319,12 @@ def test_step_7_11_launches_step_7_10s_launch_with_the_lean_loop(arch, sms):
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_step_7_11_passes_the_cpu_check_where_it_takes_step_7_8s_launch(causal):
-    """As for step 7.10: two heads of one 128-row tile per SM, so that step 7.11 runs its two-row-block
-    entry; L = 100 makes the second key tile ragged, the one the lean loop copies with row tests."""
+    """As for step 7.10: two 128-row tiles of one head per SM, so that step 7.11 runs its two-row-block
+    entry. L = 228 makes four 64-key tiles: the prologue copies the first, the loop the two whole ones
+    (load_whole_tile) and the ragged last one (load_tile, with its row tests)."""
     from attnlab.executor import cpu
 
-    spec, shape = registry.get("07_mma_lean_loop", "sm_89"), Shape(1, 2 * gpus.sm_count()[0], 100, 64)
+    spec, shape = registry.get("07_mma_lean_loop", "sm_89"), Shape(1, gpus.sm_count()[0], 228, 64)
     assert spec.launch_config(shape)["entry"] == "attn_fwd_07_mma_lean_across_heads_d64"
     case = cpu.check_case_cpu(spec, shape, causal, 0)
     assert case.passed and not case.findings, case

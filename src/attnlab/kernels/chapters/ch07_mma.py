@@ -29,9 +29,10 @@ MAX_STAGES = 3                # and the most stages it gives
 # takes those tiles or less, cta_split_tiles). tests/test_kernel_07_static.py holds each
 # build to it. Registers move between CUDA toolkits: a build over the bound fails that test, and
 # the bound moves with it.
-REGISTERS = {64: 160, 128: 240}
+REGISTERS = {64: 160, 128: 236}
 # And of step 7.7's entries with two 16-row blocks per warp (D = 64 only): two CTAs of 128 threads
-# may hold 255 registers each (256 in the allocation's steps of 8), and ptxas takes nearly all of them.
+# may hold 255 registers each (256 in the allocation's steps of 8), and ptxas takes nearly all of
+# them (step 7.11's lean entry 253 on sm_80, the others 250 or fewer): the bound is that ceiling.
 TWO_ROWS_REGISTERS = 255
 # The source's ATTN07_ENTRY lines: entry name -> its template arguments by parameter name.
 _ENTRIES = macro_calls(SOURCE, "ATTN07_ENTRY")
