@@ -199,3 +199,21 @@ def test_chapter_7_points_only_at_what_the_page_shows(name):
         shown = [out["data"]["text/markdown"] for c in nb.cells if c.cell_type == "code"
                  for out in c.outputs if "text/markdown" in out.get("data", {})]
         assert not any("07_mma / floor" in t or "fastest SDPA" in t for t in shown), "a table of times without a record"
+
+
+def test_loop_parts_weigh_each_line_by_its_own_trips():
+    """attnlab.book.loop_parts: a line's instructions count on the trips its line ran (per CTA), a line
+    without a count (or none: the loop's own test) on every trip; a part is the sum of its lines and
+    every line lands in exactly one part."""
+    from attnlab.book.loop_parts import REST, weigh
+
+    lines = ((None, 2), ("k.cu:10", 4), ("k.cu:11", 8), ("k.cu:12", 1))
+    per_line = {"k.cu:10": np.array([1.0, 3.0]), "k.cu:11": np.array([0.0, 2.0])}  # 12: no count
+    trips = np.array([4.0, 4.0])
+    part_of = {None: REST, "k.cu:10": "copy", "k.cu:11": "rescale", "k.cu:12": "rescale"}.get
+    parts = {p.name: p for p in weigh(lines, per_line, trips, part_of, ("copy", "rescale", REST))}
+    assert {n: p.in_loop for n, p in parts.items()} == {"copy": 4, "rescale": 9, REST: 2}
+    assert parts["copy"].issued == pytest.approx((4 * 1 + 4 * 3) / 2)
+    assert parts["rescale"].issued == pytest.approx((8 * 0 + 1 * 4 + 8 * 2 + 1 * 4) / 2)
+    assert parts[REST].issued == pytest.approx(2 * 4)
+    assert sum(p.in_loop for p in parts.values()) == sum(n for _, n in lines)

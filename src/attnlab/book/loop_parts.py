@@ -25,7 +25,6 @@ class Part:
     name: str
     in_loop: int     # SASS instructions of the loop body placed at the part's source lines
     issued: float    # warp instructions the part issues per CTA (all its warps, every trip), on average
-    ran: float       # of the loop's warp-trips, the share on which any of the part's lines ran
 
 
 def _text(line: str) -> str:
@@ -46,11 +45,12 @@ def _measured(kernel: str, shape: Shape, causal: bool, gpu: str):
 
 
 def line_ran(kernel: str, shape: Shape, causal: bool, gpu: str, text: str) -> float:
-    """Of the loop's warp-trips, the share on which its first line containing `text` ran."""
+    """Of the loop's warp-trips, the share on which its first line (in the source) containing `text` ran."""
     loop, per_line, trips = _measured(kernel, shape, causal, gpu)
-    line = next((line for line, _ in loop.parts if line is not None and text in _text(line)), None)
-    if line is None:
+    lines = [line for line, _ in loop.parts if line is not None and text in _text(line)]
+    if not lines:
         raise ValueError(f"no line of {kernel}'s key-tile loop contains {text!r}")
+    line = min(lines, key=lambda x: int(x.rsplit(":", 1)[1]))
     return float(per_line.get(line, trips).sum() / trips.sum())
 
 
@@ -65,11 +65,16 @@ def loop_parts(kernel: str, shape: Shape, causal: bool, gpu: str, parts: dict[st
         text = "" if line is None else _text(line)
         return next((name for name, marks in parts.items() if any(m in text for m in marks)), REST)
 
+    return weigh(loop.parts, per_line, trips, part_of, (*parts, REST))
+
+
+def weigh(loop_lines, per_line: dict[str, np.ndarray], trips: np.ndarray, part_of, names) -> list[Part]:
+    """The parts `names` of a loop whose body places `loop_lines` ((line, instructions) pairs) as
+    part_of(line) says: each line's instructions issued on the trips its line ran per CTA
+    (`per_line`; a line without a count, or None, on every trip: `trips`), averaged over the CTAs."""
     out = []
-    for name in (*parts, REST):
-        lines = [(line, n) for line, n in loop.parts if part_of(line) == name]
-        runs = [per_line.get(line, trips) for line, _ in lines]
-        out.append(Part(name, sum(n for _, n in lines),
-                        float(np.mean(sum((n * r for (_, n), r in zip(lines, runs)), np.zeros(len(trips))))),
-                        float(np.max(runs, axis=0).sum() / trips.sum()) if runs else 0.0))
+    for name in names:
+        lines = [(line, n) for line, n in loop_lines if part_of(line) == name]
+        issued = sum((n * per_line.get(line, trips) for line, n in lines), np.zeros(len(trips)))
+        out.append(Part(name, sum(n for _, n in lines), float(np.mean(issued))))
     return out
