@@ -162,11 +162,14 @@ def test_issue_bound_is_not_given_where_the_sass_hides_the_trip_counts():
     assert issue.warp_instructions(other, t.launches[0], 4) is None
 
 
-def _line_of(text: str, file: str = "07_mma_swizzle.cu") -> str:
-    """"file:line" of the one line of a kernel source that holds `text`."""
+def _line_of(text: str, file: str = "07_mma_swizzle.cu", occurrence: int | None = None) -> str:
+    """"file:line" of the one line of a kernel source that holds `text` (or of its `occurrence`-th
+    such line, counting from 0)."""
     from attnlab.paths import kernels_dir
 
     found = [i + 1 for i, line in enumerate((kernels_dir() / file).read_text().splitlines()) if text in line]
+    if occurrence is not None:
+        return f"{file}:{found[occurrence]}"
     assert len(found) == 1, (text, found)
     return f"{file}:{found[0]}"
 
@@ -227,8 +230,11 @@ def test_the_copy_runs_on_all_but_the_last_stages_trips_and_q_on_the_first():
         assert (trips % warps == 0).all() and tiles.max() == 8 and (tiles.min() == 8 or causal)
         guard = _line_of("if (next < tile1) {  // so its stage")
         assert (per_line[guard] == trips).all()  # the test itself runs on every trip
-        file, line = guard.split(":")
-        assert (per_line[f"{file}:{int(line) + 1}"] == np.maximum(tiles - 2, 0) * warps).all()  # the copy of K
+        # the copy of K: of the source's lines that copy it, the one this entry's loop runs (not the
+        # lean loop's, which this entry does not build)
+        copies_of_k = {_line_of("load_tile<D, BLOCK_N, SWIZZLE>(k_tile(next_stage), k,", occurrence=i) for i in range(3)}
+        (copy_k,) = copies_of_k & set(per_line)
+        assert (per_line[copy_k] == np.maximum(tiles - 2, 0) * warps).all()
         assert (per_line[_line_of("attn::ldsm_x4(q_frag[mb][ks]")] == warps).all()
         assert (per_line[_line_of("s[mb][nb][e] = ATTN_NEG_INF;")] == masked * warps).all()
 
