@@ -35,6 +35,19 @@ def test_measured_stands_beside_the_prediction_with_its_error(results):
     assert pred == predicted.fmt(want) and error == f"{(want - 200.0) / 200.0:+.0%}"
 
 
+def test_one_measured_row_per_gpu_from_its_newest_record(results):
+    """Two bench runs of one GPU (a GPU session's book and chapter-7 runs both hold the mission
+    shape) give one row, the newer run's, not one row per record."""
+    from synthetic import synthetic_record
+
+    from attnlab.records.results import write_record
+
+    write_record(synthetic_record(gpu="NVIDIA L4", kernel_us=200.0, created="2026-01-01T00:00:00Z"), results)
+    write_record(synthetic_record(gpu="NVIDIA L4", kernel_us=300.0, created="2026-01-02T00:00:00Z"), results)
+    rows = predicted.measured_rows(["01_scalar"])
+    assert [r[2] for r in rows] == ["300.0 µs measured"]
+
+
 def test_grid_fill_places_the_launchers_real_grid():
     """The L4's 58 SMs take 07_mma's 64 CTAs at the mission shape as one full wave and 6 more; the
     H100's 132 take the 128 of the launcher's split for them, leaving 4 idle: the launcher's grid,

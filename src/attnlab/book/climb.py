@@ -142,6 +142,72 @@ def climb_measured_rows(timings: Timings) -> tuple[list[str], list[list]]:
     return header, rows
 
 
+# A step's measured ratio (its time over the step before's) that differs from the predicted one by
+# more than this is a miss: two runs of one record's kernels agree to about 1 %.
+MISS = 0.05
+
+
+def prediction_rows(timings: Timings) -> tuple[list[str], list[list], list[tuple[str, str]]] | None:
+    """Per step, its time over the step before's at each target case: the model's for the record's
+    GPU, then the record's, marked where the measurement missed the prediction; and the misses as
+    (step, case). None without a record or where the model does not know the record's GPU."""
+    from ..gpus import lookup
+    from ..model.bounds import ARCH_RATES
+
+    gpu = lookup(timings.rec["gpu"]["name"]) if timings.rec else None
+    if gpu is None or gpu.arch not in ARCH_RATES:
+        return None
+    cases = [(s, c) for s, c, _, _ in TARGETS]
+    header = ["step: predicted / measured", *(case_name(s, c) for s, c in cases)]
+    rows, misses = [], []
+    for s in STEPS_07[1:]:
+        before = code.previous(s)
+        cells = []
+        for sh, c in cases:
+            m = timings.ratio(s.kernel_id, before.kernel_id, sh, c)
+            p = (predictions(s.kernel_id, sh, c, (gpu.key,))[gpu.key].time_us
+                 / predictions(before.kernel_id, sh, c, (gpu.key,))[gpu.key].time_us)
+            if m is None:
+                cells.append(f"{p:.2f}x / {MISSING}")
+                continue
+            missed = abs(m / p - 1) > MISS
+            cells.append(f"{p:.2f}x / {m:.2f}x" + (" **missed**" if missed else ""))
+            if missed:
+                misses.append((s.number, case_name(sh, c)))
+        rows.append([f"{s.number} over {before.number}", *cells])
+    return header, rows, misses
+
+
+def glue_predicted_measured(timings: Timings) -> None:
+    """Each step's ratio as predicted for the record's GPU and as measured, every miss marked, and
+    why they missed from the ncu counters (attnlab.book.counters); without a record, a sentence
+    saying where they will stand."""
+    from ..gpus import lookup
+    from . import counters
+    from .page import glue_md, md_table
+
+    checked = prediction_rows(timings)
+    if checked is None:
+        glue_md("ch07_predicted_intro", "Where a GPU record holds the steps, each step's measured ratio stands here "
+                                        "beside the model's for that GPU, with every miss marked.")
+        glue_md("ch07_why_missed", None)
+        return
+    header, rows, misses = checked
+    gpu = lookup(timings.rec["gpu"]["name"])
+    glue_md("ch07_predicted_intro", f"Each step's time over the step before's, as the model predicted it for the "
+                                    f"GPU of the record and as {timings.label} measured it in one run; "
+                                    f"**missed** marks a measurement more than {MISS:.0%} from the prediction:")
+    md_table(header, rows)
+    steps = list(dict.fromkeys(n for n, _ in misses))
+    times = [(predictions(k, sh, c, (gpu.key,))[gpu.key].time_us, r["median_us"])
+             for k in STEP_IDS for sh, c, _, _ in TARGETS if (r := timings.row(k, sh, c))]
+    slower = (sum(m > p for p, m in times), len(times))
+    large = TARGET_SHAPES[1]  # (4, 16, 4096, 64): the latest step the GPU session profiled there
+    profiled = next((k for k in reversed(STEP_IDS) if counters.has_issue(k, large)), None)
+    glue_md("ch07_why_missed", profiled and counters.latency_paragraph(("07_mma", MISSION), (profiled, large),
+                                                                       steps, MISS, slower))
+
+
 def glue_climb_measured(timings: Timings) -> None:
     """The climb as measured: a table of each step's time over the step before's, or, without a
     record, the sentence that says where it will be."""

@@ -51,9 +51,69 @@ def line(kernel_id: str, shape: Shape = MISSION, causal: bool = False) -> str:
 
 @_without_executor
 def show_line(kernel_id: str, shape: Shape = MISSION, causal: bool = False) -> None:
+    """The prediction, and under it, where a fresh GPU record holds the case, the measured time
+    beside it with what the GPU's counters say of the difference (versus)."""
     from .page import notice
 
     notice(line(kernel_id, shape, causal) + " The page \"The time model\" states what it assumes.")
+    for text in versus(kernel_id, shape, causal):
+        notice(text)
+
+
+# A measured time within this share of the prediction is a hit; further off, a miss to explain.
+HIT = 0.05
+
+
+def versus(kernel_id: str, shape: Shape = MISSION, causal: bool = False) -> list[str]:
+    """Per GPU with a fresh bench record of the case that the model knows: the measured time beside
+    the prediction, and where they differ, what Nsight Compute counted of the kernel on that GPU
+    (attnlab.book.counters): the measurement that says why."""
+    from . import counters
+    from .measured import fmt_us, record_label
+
+    out = []
+    for rec, gpu, measured_us, p in _measured_cases(kernel_id, shape, causal):
+        ratio = measured_us / p.time_us
+        head = (f"**Measured against predicted.** On {record_label(rec)}, {fmt_us(measured_us)} measured at "
+                f"{shape.label()}{', causal' if causal else ''}, where the model predicted {p.time_us:,.1f} µs for "
+                f"the {gpu.key}, bound by {p.bottleneck}:")
+        times = f"{ratio:.1f}" if ratio >= 2 else f"{ratio:.2f}"
+        if abs(ratio - 1) <= HIT:
+            out.append(f"{head} within {HIT:.0%}.")
+        elif ratio < 1:
+            launch = p.launches * LAUNCH_US
+            out.append(f"{head} {1 / ratio:.2f} times faster than predicted. The model charges each of the "
+                       f"{p.launches} launches {LAUNCH_US:g} µs, {launch / p.time_us:.0%} of its prediction; the bench "
+                       f"replays the launches in a CUDA graph, whose cost per launch the book has not measured, "
+                       f"so this is where to look first, not yet a finding.")
+        elif (r := counters.row(kernel_id, shape, causal)) is None or r.get("SMs active %") is None:
+            out.append(f"{head} {times} times the prediction. No profile record of this kernel at this case "
+                       f"holds the counters that would say why (`python -m attnlab profile {kernel_id}` on a GPU).")
+        else:
+            out.append(f"{head} {times} times the prediction. " + _counted_why(r))
+    return out
+
+
+# Below these, ncu's counts name a cause the model leaves out: SMs left idle, or too few warps.
+BUSY_SMS = 90.0     # % of the kernel's cycles an SM held a warp
+MANY_WARPS = 16.0   # warps resident per SM (of 64), enough to hide most latencies
+
+
+def _counted_why(r: dict) -> str:
+    """What Nsight Compute counted of the kernel (a profile row), read against the model's premise
+    that every SM is busy at the bound's full rate."""
+    from . import counters
+
+    held = counters.warps(r)
+    issue = (f", and its schedulers issued {r[counters.ISSUE]:.2f} instructions per active cycle"
+             if r.get(counters.ISSUE) is not None else "")
+    causes = [f"SMs idle {100 - r['SMs active %']:.0f}% of the kernel's cycles"] if r["SMs active %"] < BUSY_SMS else []
+    causes += [f"{held:.1f} warps per SM, too few to hide the latency of their own results"] if held < MANY_WARPS else []
+    return (f"Nsight Compute counted (`{r['function']}`, {r['gpu']}, {r['date']}): its SMs held a warp "
+            f"{r['SMs active %']:.0f}% of the kernel's cycles, each SM {held:.1f} of the 64 warps it can hold{issue}. "
+            "The model takes every SM busy at the bound's full rate"
+            + (f"; what it leaves out here: {' and '.join(causes)}." if causes else
+               "; these counts do not show what it leaves out here."))
 
 
 @_without_executor
@@ -83,20 +143,30 @@ def bounds_rows(kernel_id: str, shape: Shape = MISSION, causal: bool = False) ->
     return header, rows
 
 
-def measured_rows(kernel_ids, shape: Shape = MISSION, causal: bool = False) -> list[list]:
-    """Kernel, GPU, measured (from the freshest record holding it), predicted for that GPU, error;
-    only where a fresh record exists and the model knows the GPU's architecture."""
-    from .measured import case_time, record_label
+def _measured_cases(kernel_id: str, shape: Shape, causal: bool):
+    """(record, GPU, measured µs, prediction for that GPU) per GPU the model knows, from the newest
+    fresh bench record of the kernel holding the case (fresh_records' order): one per GPU."""
+    from .measured import case_time
     from .page import fresh_records
+
+    seen = set()
+    for rec in fresh_records("bench", kernel_id):
+        measured_us = case_time(rec, kernel_id, shape, causal)
+        gpu = lookup(rec["gpu"]["name"])
+        if measured_us is None or gpu is None or gpu.arch not in ARCH_RATES or gpu.key in seen:
+            continue
+        seen.add(gpu.key)
+        yield rec, gpu, measured_us, predict(kernel_id, shape, causal, gpu.key)
+
+
+def measured_rows(kernel_ids, shape: Shape = MISSION, causal: bool = False) -> list[list]:
+    """Kernel, GPU, measured (from the freshest record holding it, one row per GPU), predicted for
+    that GPU, error; only where a fresh record exists and the model knows the GPU's architecture."""
+    from .measured import record_label
 
     rows = []
     for kid in kernel_ids:
-        for rec in fresh_records("bench", kid):
-            measured_us = case_time(rec, kid, shape, causal)
-            gpu = lookup(rec["gpu"]["name"])
-            if measured_us is None or gpu is None or gpu.arch not in ARCH_RATES:
-                continue
-            p = predict(kid, shape, causal, gpu.key)
+        for rec, _, measured_us, p in _measured_cases(kid, shape, causal):
             rows.append([f"`{kid}`", record_label(rec), f"{measured_us:,.1f} µs measured", fmt(p.time_us),
                          f"{(p.time_us - measured_us) / measured_us:+.0%}"])
     return rows

@@ -1,0 +1,117 @@
+"""What Nsight Compute counted of a kernel's run on a GPU, read from fresh profile records: the
+pages use it to say why a prediction missed a measurement. Every number here is a measurement of a
+real GPU (attnlab.gpu.profile records), never a prediction; a page without such a record says so.
+
+ncu runs each kernel with its clocks locked to base and its caches flushed, so its durations are
+not bench times: only ratios between kernels of one record and the rates below are read here.
+"""
+from __future__ import annotations
+
+from ..gpu.profile import fresh_profile_rows
+from ..shapes import Shape
+from .measured import fmt_us
+
+INSTRUCTIONS = "smsp__inst_executed.sum"
+ISSUE = "smsp__issue_active.avg.per_cycle_active"  # instructions a scheduler issued per cycle it was active
+# Why a warp did not issue, in cycles per instruction issued (ncu's warp-state statistics):
+STALLS = {
+    "wait": "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio",
+    "short scoreboard": "smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio",
+    "math pipe throttle": "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio",
+    "not selected": "smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio",
+    "dispatch stall": "smsp__average_warps_issue_stalled_dispatch_stall_per_issue_active.ratio",
+    "barrier": "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",
+}
+STALL_MEANING = {
+    "wait": "a fixed-latency dependency (an FFMA's result, say)",
+    "short scoreboard": "a shared-memory or special-function (ex2) result",
+    "math pipe throttle": "a busy math pipe (the tensor cores, the ex2 unit)",
+    "not selected": "another warp of its scheduler issued instead",
+    "dispatch stall": "the dispatcher held a ready instruction back",
+    "barrier": "a block barrier",
+}
+
+
+def row(kernel_id: str, shape: Shape, causal: bool = False) -> dict | None:
+    """The newest fresh profile row of the kernel at this case (its GPU, date, metrics by name),
+    or None."""
+    rows = [r for r in fresh_profile_rows() if r["kernel"] == kernel_id and r["shape"] == tuple(shape)
+            and r["causal"] == causal]
+    return max(rows, key=lambda r: r["date"]) if rows else None
+
+
+def has_issue(kernel_id: str, shape: Shape, causal: bool = False) -> bool:
+    """True where a fresh profile row of the kernel at this case holds the issue counters."""
+    r = row(kernel_id, shape, causal)
+    return r is not None and r.get(ISSUE) is not None
+
+
+def issue_rows(kernel_ids, shape: Shape, causal: bool = False) -> tuple[list[str], list[list[str]]] | None:
+    """One row per counter, one column per kernel: the duration under ncu, instructions issued, the
+    rate a scheduler issued them at, resident warps, and why a warp did not issue; None unless every
+    kernel has a row with the issue counters, all from the same GPU."""
+    if not all(has_issue(k, shape, causal) for k in kernel_ids):
+        return None
+    rows = [row(k, shape, causal) for k in kernel_ids]
+    if len({r["gpu"] for r in rows}) != 1:
+        return None
+    header = ["counted by ncu", *(f"`{k}`" for k in kernel_ids)]
+    body = [["duration under ncu (base clocks)", *(fmt_us(r["duration"] / 1e3) for r in rows)],
+            ["instructions issued, all warps", *(f"{r[INSTRUCTIONS]:,.0f}" for r in rows)],
+            ["instructions a scheduler issued per active cycle", *(f"{r[ISSUE]:.2f}" for r in rows)],
+            ["warps resident per SM (of 64)", *(f"{warps(r):.1f}" for r in rows)]]
+    body += [[f"cycles stalled per instruction: {STALL_MEANING[s]} ({s})", *(f"{r[m]:.2f}" for r in rows)]
+             for s, m in STALLS.items()]
+    return header, body
+
+
+def occupancy_rows(kernel_ids, shape: Shape, causal: bool = False) -> list[list[str]]:
+    """Per kernel with a fresh profile row at this case: the function ncu captured, its GPU and date,
+    the share of cycles its SMs held a warp, warps per SM, and the issue rate where counted."""
+    out = []
+    for k in kernel_ids:
+        r = row(k, shape, causal)
+        if r is None or r.get("SMs active %") is None or r.get("achieved occupancy %") is None:
+            continue
+        out.append([f"`{k}`", f"`{r['function']}`", f"{r['gpu']}, {r['date']}", f"{r['SMs active %']:.0f}%",
+                    f"{warps(r):.1f}", f"{r[ISSUE]:.2f}" if r.get(ISSUE) is not None else "not counted"])
+    return out
+
+
+def warps(r: dict) -> float:
+    """Warps resident per SM, from ncu's achieved occupancy (a share of the SM's 64 warp slots)."""
+    return r["achieved occupancy %"] * 64 / 100
+
+
+def label(kernel_id: str, shape: Shape, causal: bool = False) -> str | None:
+    """"<GPU>, <date>" of the row issue_rows reads, for the sentence under its table."""
+    r = row(kernel_id, shape, causal)
+    return f"{r['gpu']}, {r['date']}" if r else None
+
+
+def latency_paragraph(mission: tuple[str, Shape], large: tuple[str, Shape], misses: list[str],
+                      miss: float, slower: tuple[int, int]) -> str | None:
+    """Why chapter 7's steps missed their predictions, from the ncu counters of the last step's
+    kernel at the mission shape and of a step at a large shape; `misses` names the steps whose
+    measured ratio missed the predicted one by more than `miss` (a share); `slower` is how many of
+    how many step times the record holds ran slower than predicted. None unless both rows hold the
+    issue counters."""
+    (mk, ms), (lk, ls) = mission, large
+    if not (has_issue(mk, ms) and has_issue(lk, ls)):
+        return None
+    m, lg = row(mk, ms), row(lk, ls)
+    missed = ", ".join(misses) if misses else "none"
+    return (
+        f"**Measured.** Nsight Compute on {lg['gpu']} ({lg['date']}) counts what the model leaves out. At the "
+        f"mission shape `{mk}`'s schedulers issued {m[ISSUE]:.2f} instructions per active cycle, and its SMs "
+        f"held a warp {m['SMs active %']:.0f}% of the kernel's cycles; at {ls.label()} `{lk}`'s issued "
+        f"{lg[ISSUE]:.2f}, with {warps(lg):.1f} warps resident per SM, about two per scheduler, and each "
+        f"instruction issued cost {lg[STALLS['wait']]:.2f} cycles of waiting on a fixed-latency dependency and "
+        f"{lg[STALLS['math pipe throttle']]:.2f} on a busy math pipe. The model's instruction-issue bound takes "
+        f"one instruction per scheduler per cycle, and its other bounds take each unit fed every cycle: with "
+        f"two warps a scheduler, the dependent chains of the softmax and of the fragment loads leave it idle "
+        f"{1 - lg[ISSUE]:.0%} of its active cycles there. That latency is why {slower[0]} of the {slower[1]} step "
+        f"times ran slower than predicted, why a step that removed work from the resource the model found "
+        f"binding gained less than predicted, and why a step that hides a latency the model does not weigh "
+        f"gained where it predicted a tie. "
+        f"The steps that missed by more than {miss:.0%}: {missed}.")
