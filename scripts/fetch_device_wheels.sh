@@ -2,7 +2,7 @@
 # Download into .whl/ (ignored) the wheels the GPU machine ("the device") needs to execute the
 # book's notebooks: the Jupyter kernel stack, papermill, nbval, jupytext and myst-nb, pinned in
 # scripts/device_wheels.txt, for its CPython 3.12 on x86-64 manylinux. The device has no network;
-# the wheels travel with the working tree (carry .whl; attnlab.session.carry holds the whole carry to 56 MiB).
+# the wheels travel with the working tree (carry .whl; attnlab.session.carry holds the whole carry to 60 MiB).
 #
 #   bash scripts/fetch_device_wheels.sh        # from any directory; needs the package index
 #
