@@ -42,6 +42,7 @@ def test_rows_put_each_kernel_beside_its_run(results):
     for fig in (scoreboard.plot_climb(table, row["gpu"]), scoreboard.plot_tflops(table, row["gpu"], 64, True),
                 scoreboard.plot_host_vs_device(table, row["gpu"])):
         assert fig.axes and fig.axes[0].has_data()
+    assert scoreboard.plot_tflops(table, row["gpu"], 128, True) is None, "no time at D = 128: no empty figure"
 
 
 def test_stale_records_stay_off_the_board(results):

@@ -178,12 +178,15 @@ def plot_static_climb(arch: str = "sm_89"):
 
 def plot_tflops(table: list[dict], gpu: str, D: int = 64, causal: bool = False):
     """TFLOP/s against L for each chapter's best kernel, SDPA's fastest backend and the Triton
-    reference, under the floor's rate (FLOPs over the floor time) of the same GPU."""
+    reference, under the floor's rate (FLOPs over the floor time) of the same GPU; None where the
+    records hold no passed time of this head dim and mask at the mission's batch and heads."""
     import matplotlib.pyplot as plt
 
     spec = lookup(gpu)
     sel = [r for r in table if r["gpu"] == gpu and r["shape"].D == D and r["causal"] == causal
            and r["shape"].B == MISSION.B and r["shape"].H == MISSION.H and r["passed"]]
+    if not sel:
+        return None
     fig, ax = plt.subplots(figsize=(7, 4.2))
     by_chapter: dict[int, dict[int, float]] = defaultdict(dict)
     sdpa: dict[int, float] = {}
