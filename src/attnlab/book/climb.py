@@ -149,7 +149,7 @@ MISS = 0.05
 
 def prediction_rows(timings: Timings) -> tuple[list[str], list[list], list[tuple[str, str]]] | None:
     """Per step, its time over the step before's at each target case: the model's for the record's
-    GPU, then the record's, marked where the measurement missed the prediction; and the misses as
+    GPU, then the record's, in bold where the measurement missed the prediction; and the misses as
     (step, case). None without a record or where the model does not know the record's GPU."""
     from ..gpus import lookup
     from ..model.bounds import ARCH_RATES
@@ -158,7 +158,7 @@ def prediction_rows(timings: Timings) -> tuple[list[str], list[list], list[tuple
     if gpu is None or gpu.arch not in ARCH_RATES:
         return None
     cases = [(s, c) for s, c, _, _ in TARGETS]
-    header = ["step: predicted / measured", *(case_name(s, c) for s, c in cases)]
+    header = ["step: predicted / measured", *(case_name(s, c) for s, c in cases)]  # bold: a miss
     rows, misses = [], []
     for s in STEPS_07[1:]:
         before = code.previous(s)
@@ -168,55 +168,46 @@ def prediction_rows(timings: Timings) -> tuple[list[str], list[list], list[tuple
             p = (predictions(s.kernel_id, sh, c, (gpu.key,))[gpu.key].time_us
                  / predictions(before.kernel_id, sh, c, (gpu.key,))[gpu.key].time_us)
             if m is None:
-                cells.append(f"{p:.2f}x / {MISSING}")
+                cells.append(f"{p:.2f} / {MISSING}")
                 continue
             missed = abs(m / p - 1) > MISS
-            cells.append(f"{p:.2f}x / {m:.2f}x" + (" **missed**" if missed else ""))
+            cells.append(f"{p:.2f} / **{m:.2f}**" if missed else f"{p:.2f} / {m:.2f}")
             if missed:
                 misses.append((s.number, case_name(sh, c)))
         rows.append([f"{s.number} over {before.number}", *cells])
     return header, rows, misses
 
 
-def glue_predicted_measured(timings: Timings) -> None:
-    """Each step's ratio as predicted for the record's GPU and as measured, every miss marked, and
-    why they missed from the ncu counters (attnlab.book.counters); without a record, a sentence
-    saying where they will stand."""
+def glue_climb_measured(timings: Timings) -> None:
+    """The climb as measured: each step's time over the step before's, beside the model's ratio for
+    the record's GPU with every miss marked, and why they missed from the ncu counters
+    (attnlab.book.counters); the measured ratios alone where the model does not know the GPU;
+    without a record, the sentence that says where they will be."""
     from ..gpus import lookup
     from . import counters
-    from .page import glue_md, md_table
-
-    checked = prediction_rows(timings)
-    if checked is None:
-        glue_md("ch07_predicted_intro", "Where a GPU record holds the steps, each step's measured ratio stands here "
-                                        "beside the model's for that GPU, with every miss marked.")
-        glue_md("ch07_why_missed", None)
-        return
-    header, rows, misses = checked
-    gpu = lookup(timings.rec["gpu"]["name"])
-    glue_md("ch07_predicted_intro", f"Each step's time over the step before's, as the model predicted it for the "
-                                    f"GPU of the record and as {timings.label} measured it in one run; "
-                                    f"**missed** marks a measurement more than {MISS:.0%} from the prediction:")
-    md_table(header, rows)
-    steps = list(dict.fromkeys(n for n, _ in misses))
-    times = [(predictions(k, sh, c, (gpu.key,))[gpu.key].time_us, r["median_us"])
-             for k in STEP_IDS for sh, c, _, _ in TARGETS if (r := timings.row(k, sh, c))]
-    slower = (sum(m > p for p, m in times), len(times))
-    large = TARGET_SHAPES[1]  # (4, 16, 4096, 64): the latest step the GPU session profiled there
-    profiled = next((k for k in reversed(STEP_IDS) if counters.has_issue(k, large)), None)
-    glue_md("ch07_why_missed", profiled and counters.latency_paragraph(("07_mma", MISSION), (profiled, large),
-                                                                       steps, MISS, slower))
-
-
-def glue_climb_measured(timings: Timings) -> None:
-    """The climb as measured: a table of each step's time over the step before's, or, without a
-    record, the sentence that says where it will be."""
-    from .page import glue_md, md_table
+    from .page import glue_md, md_table_text
 
     if timings.label is None:
+        glue_md("ch07_why_missed", None)
         glue_md("ch07_climb_measured", "Each step's page gives its time against the step before where a GPU record "
                                        "holds both; without one, the climb above is counted and predicted only.")
         return
+    checked = prediction_rows(timings)
+    if checked is None:
+        glue_md("ch07_why_missed", None)
+        glue_md("ch07_climb_measured", f"**Measured.** On {timings.label}, each step's time over the step before's, "
+                                       "in the same run (below 1: the step made the kernel faster):\n\n"
+                                       + md_table_text(*climb_measured_rows(timings)))
+        return
+    header, rows, _ = checked
     glue_md("ch07_climb_measured", f"**Measured.** On {timings.label}, each step's time over the step before's, in "
-                                   "the same run (below 1: the step made the kernel faster):")
-    md_table(*climb_measured_rows(timings))
+                                   f"the same run (below 1: the step made the kernel faster), after the model's "
+                                   f"ratio for that GPU; a measurement in bold missed the prediction by more than "
+                                   f"{MISS:.0%}:\n\n" + md_table_text(header, rows))
+    gpu = lookup(timings.rec["gpu"]["name"])
+    times = [(predictions(k, sh, c, (gpu.key,))[gpu.key].time_us, r["median_us"])
+             for k in STEP_IDS for sh, c, _, _ in TARGETS if (r := timings.row(k, sh, c))]
+    slower = (sum(m > p for p, m in times), len(times))
+    large = TARGET_SHAPES[1]  # (4, 16, 4096, 64): the latest step a GPU session profiled there
+    profiled = next((k for k in reversed(STEP_IDS) if counters.has_issue(k, large)), None)
+    glue_md("ch07_why_missed", profiled and counters.latency_paragraph(("07_mma", MISSION), (profiled, large), slower))

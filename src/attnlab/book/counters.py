@@ -89,29 +89,23 @@ def label(kernel_id: str, shape: Shape, causal: bool = False) -> str | None:
     return f"{r['gpu']}, {r['date']}" if r else None
 
 
-def latency_paragraph(mission: tuple[str, Shape], large: tuple[str, Shape], misses: list[str],
-                      miss: float, slower: tuple[int, int]) -> str | None:
+def latency_paragraph(mission: tuple[str, Shape], large: tuple[str, Shape], slower: tuple[int, int]) -> str | None:
     """Why chapter 7's steps missed their predictions, from the ncu counters of the last step's
-    kernel at the mission shape and of a step at a large shape; `misses` names the steps whose
-    measured ratio missed the predicted one by more than `miss` (a share); `slower` is how many of
-    how many step times the record holds ran slower than predicted. None unless both rows hold the
-    issue counters."""
+    kernel at the mission shape and of a step at a large shape; `slower` is how many of how many
+    step times the record holds ran slower than predicted. None unless both rows hold the issue
+    counters."""
     (mk, ms), (lk, ls) = mission, large
     if not (has_issue(mk, ms) and has_issue(lk, ls)):
         return None
     m, lg = row(mk, ms), row(lk, ls)
-    missed = ", ".join(misses) if misses else "none"
     return (
-        f"**Measured.** Nsight Compute on {lg['gpu']} ({lg['date']}) counts what the model leaves out. At the "
-        f"mission shape `{mk}`'s schedulers issued {m[ISSUE]:.2f} instructions per active cycle, and its SMs "
-        f"held a warp {m['SMs active %']:.0f}% of the kernel's cycles; at {ls.label()} `{lk}`'s issued "
-        f"{lg[ISSUE]:.2f}, with {warps(lg):.1f} warps resident per SM, about two per scheduler, and each "
-        f"instruction issued cost {lg[STALLS['wait']]:.2f} cycles of waiting on a fixed-latency dependency and "
-        f"{lg[STALLS['math pipe throttle']]:.2f} on a busy math pipe. The model's instruction-issue bound takes "
-        f"one instruction per scheduler per cycle, and its other bounds take each unit fed every cycle: with "
-        f"two warps a scheduler, the dependent chains of the softmax and of the fragment loads leave it idle "
-        f"{1 - lg[ISSUE]:.0%} of its active cycles there. That latency is why {slower[0]} of the {slower[1]} step "
-        f"times ran slower than predicted, why a step that removed work from the resource the model found "
-        f"binding gained less than predicted, and why a step that hides a latency the model does not weigh "
-        f"gained where it predicted a tie. "
-        f"The steps that missed by more than {miss:.0%}: {missed}.")
+        f"**Measured.** Nsight Compute on {lg['gpu']} ({lg['date']}): at the mission shape `{mk}`'s schedulers "
+        f"issued {m[ISSUE]:.2f} instructions per active cycle, with its SMs holding a warp {m['SMs active %']:.0f}% "
+        f"of the kernel's cycles; at {ls.label()} `{lk}`'s issued {lg[ISSUE]:.2f}, with {warps(lg):.1f} warps per "
+        f"SM (two per scheduler), each instruction waiting {lg[STALLS['wait']]:.2f} cycles on a fixed-latency "
+        f"dependency and {lg[STALLS['math pipe throttle']]:.2f} on a busy math pipe. The model takes one "
+        f"instruction per scheduler per cycle and every unit fed each cycle; with two warps a scheduler, the "
+        f"dependent chains of the softmax and the fragment loads leave it idle {1 - lg[ISSUE]:.0%} of its active "
+        f"cycles. That latency is why {slower[0]} of the {slower[1]} step times ran slower than predicted, why a "
+        f"step that removed work from the resource the model found binding gained less than predicted, and why "
+        f"one that hides a latency the model does not weigh gained where it predicted a tie.")

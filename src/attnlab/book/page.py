@@ -69,13 +69,18 @@ def glue_md(name: str, text: str | None) -> None:
     _glue(name, Markdown(text or ""), display=False)
 
 
-def md_table(header: list[str], rows: list[list]) -> None:
-    """Show a Markdown table (cells converted with str; a "|" in a cell is escaped, not a column)."""
-    from IPython.display import Markdown, display
-
+def md_table_text(header: list[str], rows: list[list]) -> str:
+    """A Markdown table (cells converted with str; a "|" in a cell is escaped, not a column)."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
-    display(Markdown("\n".join(lines)))
+    return "\n".join(lines)
+
+
+def md_table(header: list[str], rows: list[list]) -> None:
+    """Show a Markdown table (md_table_text) as a cell's output."""
+    from IPython.display import Markdown, display
+
+    display(Markdown(md_table_text(header, rows)))
 
 
 # --- the machine -----------------------------------------------------------------------------
