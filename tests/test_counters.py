@@ -99,11 +99,12 @@ def test_each_step_ratio_is_marked_where_the_measurement_missed_the_prediction(r
         for kid in climb.STEP_IDS:
             t = predicted.predictions(kid, Shape(*case["shape"]), case["causal"], (l4.key,))[l4.key].time_us
             case["kernels"][kid]["device"]["median_us"] = t * (1.5 if kid == slow.kernel_id else 1.0)
-    header, rows, misses = climb.prediction_rows(climb.Timings(rec))
+    header, rows, misses, slower = climb.prediction_rows(climb.Timings(rec))
     assert header[0] == "step: predicted / measured" and len(rows) == len(climb.STEPS_07) - 1
     nxt = climb.STEPS_07[5].number
     assert {n for n, _ in misses} == {slow.number, nxt}
     assert len(misses) == 2 * len(climb.TARGETS)
+    assert slower == (len(climb.TARGETS), len(climb.STEP_IDS) * len(climb.TARGETS)), "the slow step's times alone"
     row = next(r for r in rows if r[0].startswith(f"{slow.number} over"))
     assert all(c.endswith("**") for c in row[1:])
     ratio = float(row[1].split(" / ")[1].strip("*"))

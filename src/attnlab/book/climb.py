@@ -147,10 +147,11 @@ def climb_measured_rows(timings: Timings) -> tuple[list[str], list[list]]:
 MISS = 0.05
 
 
-def prediction_rows(timings: Timings) -> tuple[list[str], list[list], list[tuple[str, str]]] | None:
+def prediction_rows(timings: Timings) -> tuple[list[str], list[list], list[tuple[str, str]], tuple[int, int]] | None:
     """Per step, its time over the step before's at each target case: the model's for the record's
-    GPU, then the record's, in bold where the measurement missed the prediction; and the misses as
-    (step, case). None without a record or where the model does not know the record's GPU."""
+    GPU, then the record's, in bold where the measurement missed the prediction; the misses as
+    (step, case); and how many of how many step times the record holds ran slower than predicted.
+    None without a record or where the model does not know the record's GPU."""
     from ..gpus import lookup
     from ..model.bounds import ARCH_RATES
 
@@ -158,6 +159,8 @@ def prediction_rows(timings: Timings) -> tuple[list[str], list[list], list[tuple
     if gpu is None or gpu.arch not in ARCH_RATES:
         return None
     cases = [(s, c) for s, c, _, _ in TARGETS]
+    predicted = {(k, sh, c): predictions(k, sh, c, (gpu.key,))[gpu.key].time_us for k in STEP_IDS for sh, c in cases}
+    times = [(predicted[(k, sh, c)], r["median_us"]) for k, sh, c in predicted if (r := timings.row(k, sh, c))]
     header = ["step: predicted / measured", *(case_name(s, c) for s, c in cases)]  # bold: a miss
     rows, misses = [], []
     for s in STEPS_07[1:]:
@@ -165,8 +168,7 @@ def prediction_rows(timings: Timings) -> tuple[list[str], list[list], list[tuple
         cells = []
         for sh, c in cases:
             m = timings.ratio(s.kernel_id, before.kernel_id, sh, c)
-            p = (predictions(s.kernel_id, sh, c, (gpu.key,))[gpu.key].time_us
-                 / predictions(before.kernel_id, sh, c, (gpu.key,))[gpu.key].time_us)
+            p = predicted[(s.kernel_id, sh, c)] / predicted[(before.kernel_id, sh, c)]
             if m is None:
                 cells.append(f"{p:.2f} / {MISSING}")
                 continue
@@ -175,7 +177,7 @@ def prediction_rows(timings: Timings) -> tuple[list[str], list[list], list[tuple
             if missed:
                 misses.append((s.number, case_name(sh, c)))
         rows.append([f"{s.number} over {before.number}", *cells])
-    return header, rows, misses
+    return header, rows, misses, (sum(m > p for p, m in times), len(times))
 
 
 def glue_climb_measured(timings: Timings) -> None:
@@ -183,7 +185,6 @@ def glue_climb_measured(timings: Timings) -> None:
     the record's GPU with every miss marked, and why they missed from the ncu counters
     (attnlab.book.counters); the measured ratios alone where the model does not know the GPU;
     without a record, the sentence that says where they will be."""
-    from ..gpus import lookup
     from . import counters
     from .page import glue_md, md_table_text
 
@@ -199,15 +200,11 @@ def glue_climb_measured(timings: Timings) -> None:
                                        "in the same run (below 1: the step made the kernel faster):\n\n"
                                        + md_table_text(*climb_measured_rows(timings)))
         return
-    header, rows, _ = checked
+    header, rows, _, slower = checked
     glue_md("ch07_climb_measured", f"**Measured.** On {timings.label}, each step's time over the step before's, in "
                                    f"the same run (below 1: the step made the kernel faster), after the model's "
                                    f"ratio for that GPU; a measurement in bold missed the prediction by more than "
                                    f"{MISS:.0%}:\n\n" + md_table_text(header, rows))
-    gpu = lookup(timings.rec["gpu"]["name"])
-    times = [(predictions(k, sh, c, (gpu.key,))[gpu.key].time_us, r["median_us"])
-             for k in STEP_IDS for sh, c, _, _ in TARGETS if (r := timings.row(k, sh, c))]
-    slower = (sum(m > p for p, m in times), len(times))
     large = TARGET_SHAPES[1]  # (4, 16, 4096, 64): the latest step a GPU session profiled there
     profiled = next((k for k in reversed(STEP_IDS) if counters.has_issue(k, large)), None)
     glue_md("ch07_why_missed", profiled and counters.latency_paragraph(("07_mma", MISSION), (profiled, large), slower))

@@ -40,20 +40,29 @@ def row(kernel_id: str, shape: Shape, causal: bool = False) -> dict | None:
     return max(rows, key=lambda r: r["date"]) if rows else None
 
 
+def issue_row(kernel_id: str, shape: Shape, causal: bool = False) -> dict | None:
+    """The row, where it holds the issue counters; else None."""
+    r = row(kernel_id, shape, causal)
+    return r if r is not None and r.get(ISSUE) is not None else None
+
+
+def occupancy_row(kernel_id: str, shape: Shape, causal: bool = False) -> dict | None:
+    """The row, where it holds how busy the SMs were and how many warps they held; else None."""
+    r = row(kernel_id, shape, causal)
+    return r if r is not None and None not in (r.get("SMs active %"), r.get("achieved occupancy %")) else None
+
+
 def has_issue(kernel_id: str, shape: Shape, causal: bool = False) -> bool:
     """True where a fresh profile row of the kernel at this case holds the issue counters."""
-    r = row(kernel_id, shape, causal)
-    return r is not None and r.get(ISSUE) is not None
+    return issue_row(kernel_id, shape, causal) is not None
 
 
 def issue_rows(kernel_ids, shape: Shape, causal: bool = False) -> tuple[list[str], list[list[str]]] | None:
     """One row per counter, one column per kernel: the duration under ncu, instructions issued, the
     rate a scheduler issued them at, resident warps, and why a warp did not issue; None unless every
     kernel has a row with the issue counters, all from the same GPU."""
-    if not all(has_issue(k, shape, causal) for k in kernel_ids):
-        return None
-    rows = [row(k, shape, causal) for k in kernel_ids]
-    if len({r["gpu"] for r in rows}) != 1:
+    rows = [issue_row(k, shape, causal) for k in kernel_ids]
+    if None in rows or len({r["gpu"] for r in rows}) != 1:
         return None
     header = ["counted by ncu", *(f"`{k}`" for k in kernel_ids)]
     body = [["duration under ncu (base clocks)", *(fmt_us(r["duration"] / 1e3) for r in rows)],
@@ -70,8 +79,7 @@ def occupancy_rows(kernel_ids, shape: Shape, causal: bool = False) -> list[list[
     the share of cycles its SMs held a warp, warps per SM, and the issue rate where counted."""
     out = []
     for k in kernel_ids:
-        r = row(k, shape, causal)
-        if r is None or r.get("SMs active %") is None or r.get("achieved occupancy %") is None:
+        if (r := occupancy_row(k, shape, causal)) is None:
             continue
         out.append([f"`{k}`", f"`{r['function']}`", f"{r['gpu']}, {r['date']}", f"{r['SMs active %']:.0f}%",
                     f"{warps(r):.1f}", f"{r[ISSUE]:.2f}" if r.get(ISSUE) is not None else "not counted"])
@@ -95,9 +103,9 @@ def latency_paragraph(mission: tuple[str, Shape], large: tuple[str, Shape], slow
     step times the record holds ran slower than predicted. None unless both rows hold the issue
     counters."""
     (mk, ms), (lk, ls) = mission, large
-    if not (has_issue(mk, ms) and has_issue(lk, ls)):
+    m, lg = issue_row(mk, ms), issue_row(lk, ls)
+    if m is None or lg is None:
         return None
-    m, lg = row(mk, ms), row(lk, ls)
     return (
         f"**Measured.** Nsight Compute on {lg['gpu']} ({lg['date']}): at the mission shape `{mk}`'s schedulers "
         f"issued {m[ISSUE]:.2f} instructions per active cycle, with its SMs holding a warp {m['SMs active %']:.0f}% "
