@@ -211,8 +211,13 @@ def test_loop_parts_weigh_each_line_by_its_own_trips():
     per_line = {"k.cu:10": np.array([1.0, 3.0]), "k.cu:11": np.array([0.0, 2.0])}  # 12: no count
     trips = np.array([4.0, 4.0])
     part_of = {None: REST, "k.cu:10": "copy", "k.cu:11": "rescale", "k.cu:12": "rescale"}.get
-    parts = {p.name: p for p in weigh(lines, per_line, trips, part_of, ("copy", "rescale", REST))}
+    stalls = ((None, 2), ("k.cu:10", 12), ("k.cu:11", 8), ("k.cu:12", 5))
+    parts = {p.name: p for p in weigh(lines, per_line, trips, part_of, ("copy", "rescale", REST), stalls)}
     assert {n: p.in_loop for n, p in parts.items()} == {"copy": 4, "rescale": 9, REST: 2}
+    assert parts["copy"].stalled == pytest.approx(3 * parts["copy"].issued)  # 12 cycles for 4 instructions
+    assert parts["copy"].stall_per_instruction == pytest.approx(2.0)
+    assert parts["rescale"].stalled == pytest.approx((8 * 0 + 5 * 4 + 8 * 2 + 5 * 4) / 2)
+    assert parts[REST].stalled == pytest.approx(2 * 4) and parts[REST].stall_per_instruction == 0
     assert parts["copy"].issued == pytest.approx((4 * 1 + 4 * 3) / 2)
     assert parts["rescale"].issued == pytest.approx((8 * 0 + 1 * 4 + 8 * 2 + 1 * 4) / 2)
     assert parts[REST].issued == pytest.approx(2 * 4)

@@ -1,7 +1,8 @@
 """Where a chapter-7 step's key-tile loop spends its instructions: the loop's SASS split into parts
 by the source lines they come from, each part weighed by the trips the CPU executor ran its lines on
-(attnlab.model.issue, the time model's instruction-issue bound). Instructions in the binary and
-trips run are measurements; neither is a time.
+(attnlab.model.issue, the time model's instruction-issue bound), with the cycles the stalls ptxas
+wrote into those instructions hold a warp (attnlab.kernels.sass_control). Instructions and stalls
+in the binary and trips run are measurements; none of them is a time.
 
     loop_parts("07_mma_lean_loop", Shape(4, 16, 4096, 64), False, "H100 SXM",
                {"copy": ("load_tile<", "load_whole_tile<")})
@@ -25,6 +26,12 @@ class Part:
     name: str
     in_loop: int     # SASS instructions of the loop body placed at the part's source lines
     issued: float    # warp instructions the part issues per CTA (all its warps, every trip), on average
+    stalled: float = 0.0  # the cycles those instructions' stalls hold their warps, per CTA, likewise
+
+    @property
+    def stall_per_instruction(self) -> float:
+        """Cycles a warp waits past each of the part's instructions (its stall less the issue cycle)."""
+        return self.stalled / self.issued - 1 if self.issued else 0.0
 
 
 def _text(line: str) -> str:
@@ -65,16 +72,18 @@ def loop_parts(kernel: str, shape: Shape, causal: bool, gpu: str, parts: dict[st
         text = "" if line is None else _text(line)
         return next((name for name, marks in parts.items() if any(m in text for m in marks)), REST)
 
-    return weigh(loop.parts, per_line, trips, part_of, (*parts, REST))
+    return weigh(loop.parts, per_line, trips, part_of, (*parts, REST), loop.stall_parts)
 
 
-def weigh(loop_lines, per_line: dict[str, np.ndarray], trips: np.ndarray, part_of, names) -> list[Part]:
+def weigh(loop_lines, per_line: dict[str, np.ndarray], trips: np.ndarray, part_of, names,
+          stall_lines=()) -> list[Part]:
     """The parts `names` of a loop whose body places `loop_lines` ((line, instructions) pairs) as
     part_of(line) says: each line's instructions issued on the trips its line ran per CTA
-    (`per_line`; a line without a count, or None, on every trip: `trips`), averaged over the CTAs."""
-    out = []
-    for name in names:
-        lines = [(line, n) for line, n in loop_lines if part_of(line) == name]
-        issued = sum((n * per_line.get(line, trips) for line, n in lines), np.zeros(len(trips)))
-        out.append(Part(name, sum(n for _, n in lines), float(np.mean(issued))))
-    return out
+    (`per_line`; a line without a count, or None, on every trip: `trips`), averaged over the CTAs;
+    `stall_lines` ((line, stall cycles) pairs) weighed the same way."""
+    def on_trips(pairs, name) -> tuple[int, float]:
+        lines = [(line, n) for line, n in pairs if part_of(line) == name]
+        weighed = sum((n * per_line.get(line, trips) for line, n in lines), np.zeros(len(trips)))
+        return sum(n for _, n in lines), float(np.mean(weighed))
+
+    return [Part(name, *on_trips(loop_lines, name), on_trips(stall_lines, name)[1]) for name in names]

@@ -16,7 +16,9 @@ body computes once) left out. A CTA then issues
 
 an instruction with no line inside the body (the loop's own test and increment, code hoisted into
 it), or at a line whose CPU code the host compiler hoisted, counted on every trip, and every
-instruction outside the loop once per warp. The HMMA among them, so counted, must come to the
+instruction outside the loop once per warp. The same trips weigh the stall ptxas wrote into each
+instruction (attnlab.kernels.sass_control): the cycles a warp waits out on its path, the model's
+latency bound (stall_cycles). The HMMA among them, so counted, must come to the
 executor's own count of mma.sync: a SASS loop that is not one trip of the source's (unrolled) fails it. That holds where
 the loop is the whole of the hot path: no loop inside it (whose trip count the listing does not
 give), none around it (whose other instructions it would miss) and no second copy of it (a version
@@ -34,7 +36,7 @@ import numpy as np
 from ..executor.counts import LaunchCounts
 from ..executor.trace import MMA_FLOPS
 from ..executor.trips import for_statements
-from ..kernels import registry, sass_lines, sass_loop
+from ..kernels import registry, sass_control, sass_lines, sass_loop
 from ..kernels.static import build, opcode
 from ..paths import kernels_dir
 
@@ -55,6 +57,10 @@ class LoopShape:
     # (line inside the loop's body, "file:line", or None: every trip; instructions placed there)
     parts: tuple[tuple[str | None, int], ...] = ()
     marker_parts: tuple[tuple[str | None, int], ...] = ()  # the same, of the marker instructions alone
+    # The same lines with the cycles their instructions hold a warp (sass_control: each one's stall,
+    # at least 1), and those cycles of the instructions outside the loop.
+    stall_parts: tuple[tuple[str | None, int], ...] = ()
+    outside_stalls: int = 0
 
     @property
     def every_trip(self) -> int:
@@ -78,6 +84,12 @@ def _place(frames, file: str, first: int, last: int) -> str | None:
 
 def _sorted(parts: Counter) -> tuple[tuple[str | None, int], ...]:
     return tuple(sorted(parts.items(), key=lambda kv: (kv[0] is not None, kv[0] or "")))
+
+
+@functools.lru_cache(maxsize=4)
+def _controls(kernel: str, arch: str) -> dict:
+    """The control codes of every function of `kernel`'s build for `arch` (one parse per build)."""
+    return sass_control.controls(build(registry.get(kernel, arch), arch).sass)
 
 
 @functools.lru_cache(maxsize=None)
@@ -112,14 +124,18 @@ def loop_shape(kernel: str, arch: str, entry: str) -> LoopShape:
                    f"which is not a `for` statement of the kernel sources")
         parts: Counter = Counter()
         marked: Counter = Counter()
+        stalls: Counter = Counter()
+        control = _controls(spec.id, arch).get(entry, {})
         if last is not None:
             file, first = closing[0]
             for off, instruction in sass_loop.loop_body(lines, loop):
                 place = _place(table.get(off, ()), file, first, last)
                 parts[place] += 1
                 marked[place] += opcode(instruction).startswith(marker)
+                stalls[place] += control[off].cycles
+        outside = sum(control[off].cycles for off in sass_loop.outside_offsets(lines, loop))
         return LoopShape(entry, arch, marker, markers(loop), sum(ins.values()), sum(out.values()), why, head,
-                         _sorted(parts), _sorted(+marked))
+                         _sorted(parts), _sorted(+marked), _sorted(stalls), outside)
     return LoopShape(entry, arch, None, 0, 0, 0, "no loop holds an HMMA or a MUFU.EX2")
 
 
@@ -188,3 +204,15 @@ def warp_instructions(shape: LoopShape, launch: LaunchCounts, warps: int) -> np.
     if _problem(shape, launch, measured):
         return None
     return _issued(shape.parts, *measured) + shape.outside * warps
+
+
+def stall_cycles(shape: LoopShape, launch: LaunchCounts, warps: int) -> np.ndarray | None:
+    """Per CTA, the cycles its warps spend on the stalls ptxas wrote into their instructions (summed
+    over warps; None where warp_instructions is): each loop instruction's on the trips its line ran
+    on, the rest once per warp. A warp cannot run its path in fewer cycles than its share of them."""
+    if shape.why_not or not shape.stall_parts:
+        return None
+    measured = line_trips(shape, launch)
+    if _problem(shape, launch, measured):
+        return None
+    return _issued(shape.stall_parts, *measured) + shape.outside_stalls * warps
