@@ -26,10 +26,15 @@ What it takes as given (the page "The time model" states the same):
     per clock; a CTA issues each SASS instruction of its key-tile loop on the trips its source line
     ran on the executor (a guarded copy or mask on fewer), the rest once per warp
     (attnlab.model.issue); not given where the SASS's loops do not say which code runs how often;
+  - latency: a warp waits out the stall ptxas wrote into each instruction it issues (its control
+    code, attnlab.kernels.sass_control: the fixed-latency dependencies the compiler did not fill
+    with other work), counted on the same trips, so a CTA takes at least its warps' stalls, and an
+    SM overlaps the CTAs it holds at a time; given where the issue bound is;
   - LAUNCH_US per kernel launch, and for chapter 4 the two cuBLAS GEMMs at the tensor-core peak
     and DRAM (the executor runs only its softmax).
-Not modelled: latency hiding by the pipeline, dual issue and stalls, L1 hits, clocks below boost,
-and contention between resources (the bounds do not add).
+Not modelled: waits on variable-latency results (shared memory, `ex2`, global memory: the
+scoreboards), dual issue, L1 hits, clocks below boost, and contention between resources (the bounds
+do not add, so two warps of a scheduler that each stall half the time are taken to fill it).
 """
 from __future__ import annotations
 
@@ -98,6 +103,11 @@ class Prediction:
     def time_us(self) -> float:
         return self.top.time_us + sum(b.time_us for b in self.extra) + LAUNCH_US * self.launches
 
+    def without(self, resource: str) -> "Prediction":
+        """The same prediction with one resource's bound left out: what the model predicted before it
+        counted that resource (the latency bound came after chapter 7's step 7.11 was measured)."""
+        return dataclasses.replace(self, bounds=[b for b in self.bounds if b.resource != resource])
+
 
 def clock_ghz(gpu: GpuSpec) -> float:
     """The clock at which SMs x the architecture's tensor rate gives the datasheet's peak."""
@@ -133,10 +143,8 @@ def _cuda_core_rate_and_flops(t: Trace, gpu: GpuSpec, resident: int, dot_product
     """(fp32 FMAs per SM-clock the CTAs can issue, CUDA-core FLOPs of the launch): a scheduler
     with fewer warps than FMA_LATENCY runs its pipe at that fraction; the FLOPs are 4 D per score
     kept where the launch computes the dot products and runs no tensor-core instruction."""
-    n = len(t.launches[0].blocks)
     threads = int(np.prod(t.launches[0].block))
-    at_once = min(resident, math.ceil(n / gpu.sms)) if n else 1  # CTAs an SM holds at a time
-    warps_per_scheduler = at_once * math.ceil(threads / 32) / SCHEDULERS_PER_SM
+    warps_per_scheduler = _at_once(t, gpu, resident) * math.ceil(threads / 32) / SCHEDULERS_PER_SM
     fma_rate = ARCH_RATES[gpu.arch]["fma"] * min(1.0, warps_per_scheduler / FMA_LATENCY)
     flops = 4 * t.shape.D * ideal_counts(t.shape, t.causal)["exps"] if dot_products and not t.totals()["tensor_flops"] else 0
     return fma_rate, flops
@@ -155,16 +163,35 @@ def warp_instructions(t: Trace, kernel: str, gpu: GpuSpec) -> tuple[np.ndarray |
     return issue_model.warp_instructions(loop, t.launches[0], warps), loop
 
 
+def warp_stalls(t: Trace, loop: issue_model.LoopShape) -> np.ndarray | None:
+    """Per CTA of the first launch, the cycles its warps wait out the stalls of the instructions they
+    issue (summed over warps; None where warp_instructions gives no count)."""
+    warps = math.ceil(int(np.prod(t.launches[0].block)) / 32)
+    return issue_model.stall_cycles(loop, t.launches[0], warps)
+
+
+def _at_once(t: Trace, gpu: GpuSpec, resident: int) -> int:
+    """CTAs an SM holds at a time: `resident`, or fewer where the grid does not fill them."""
+    n = len(t.launches[0].blocks)
+    return min(resident, math.ceil(n / gpu.sms)) if n else 1
+
+
 def per_cta_seconds(t: Trace, gpu: GpuSpec, resident: int, dot_products: bool = True,
-                    issued: np.ndarray | None = None, cuda: tuple[float, int] | None = None) -> dict[str, np.ndarray]:
+                    issued: np.ndarray | None = None, cuda: tuple[float, int] | None = None,
+                    stalled: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Resource -> seconds of one SM's that resource each CTA of the first launch needs, from its
     counts at `gpu`'s rates (`resident` CTAs per SM; `dot_products` as bounds_of; `issued`, the
-    warp instructions per CTA where known; `cuda`, _cuda_core_rate_and_flops if already worked out)."""
+    warp instructions per CTA where known; `cuda`, _cuda_core_rate_and_flops if already worked out;
+    `stalled`, warp_stalls where known: a CTA's warps each wait out their own, alongside the other
+    CTAs the SM holds)."""
     rates = ARCH_RATES[gpu.arch]
     hz = clock_ghz(gpu) * 1e9
     fma_rate, cuda_flops = cuda or _cuda_core_rate_and_flops(t, gpu, resident, dot_products)
     exps = t.per_cta("exps").astype(float)
     issue = {} if issued is None else {"instruction issue": issued / (SCHEDULERS_PER_SM * hz)}
+    if stalled is not None:
+        warps = math.ceil(int(np.prod(t.launches[0].block)) / 32)
+        issue["latency"] = stalled / warps / (_at_once(t, gpu, resident) * hz)
     return {
         "tensor cores": t.per_cta("tensor_flops") / (rates["tensor_flops"] * hz),
         "fp32 FMA": (exps / max(exps.sum(), 1) * cuda_flops / 2) / (fma_rate * hz),
@@ -191,16 +218,20 @@ def bounds_of(t: Trace, gpu: GpuSpec, resident: int, dot_products: bool = True,
     totals = t.totals()
     cuda = _cuda_core_rate_and_flops(t, gpu, resident, dot_products)
     issued, loop = issue if issue is not None else (None, None)
-    per_cta = per_cta_seconds(t, gpu, resident, dot_products, issued, cuda)
+    stalled = warp_stalls(t, loop) if issued is not None else None
+    per_cta = per_cta_seconds(t, gpu, resident, dot_products, issued, cuda, stalled)
     owner = placement(per_cta, gpu.sms)
     n = len(owner)
     out = []
     for resource, secs in per_cta.items():
         busiest = np.bincount(owner, weights=secs, minlength=gpu.sms).max() if n else 0.0
-        work = _issue_text(issued, loop) if resource == "instruction issue" else _work_text(resource, totals, *cuda, rates)
+        work = (_issue_text(issued, loop) if resource == "instruction issue"
+                else _latency_text(stalled, issued, _at_once(t, gpu, resident)) if resource == "latency"
+                else _work_text(resource, totals, *cuda, rates))
         out.append(Bound(resource, busiest * 1e6, work))
     if loop is not None and issued is None:
         out.append(Bound("instruction issue", math.nan, _issue_text(None, loop)))
+        out.append(Bound("latency", math.nan, _issue_text(None, loop)))
     dram = (totals["global_distinct_read"] + totals["global_distinct_write"]) / (gpu.dram_gbps * 1e9)
     out.append(Bound("DRAM", dram * 1e6, f"{totals['global_distinct_read'] + totals['global_distinct_write']:,} "
                                          f"distinct bytes at {gpu.dram_gbps:g} GB/s"))
@@ -213,6 +244,12 @@ def _issue_text(issued: np.ndarray | None, loop: issue_model.LoopShape) -> str:
     return (f"{int(round(issued.sum())):,} warp instructions ({loop.inside} in the key-tile loop, "
             f"{loop.every_trip} of them on every trip and the rest on the trips their source line ran; "
             f"{loop.outside} outside it per warp) at {SCHEDULERS_PER_SM} per SM-clock")
+
+
+def _latency_text(stalled: np.ndarray, issued: np.ndarray, at_once: int) -> str:
+    return (f"{int(round(stalled.sum())):,} warp-cycles of the stalls ptxas wrote into the instructions issued "
+            f"({stalled.sum() / issued.sum():.2f} a warp instruction), each warp waiting out its own, "
+            f"{at_once} CTA{'s' if at_once > 1 else ''} of an SM at a time")
 
 
 def _work_text(resource: str, totals: dict, fma_rate: float, cuda_flops: int, rates: dict) -> str:
