@@ -111,9 +111,10 @@ def latency_paragraph(mission: tuple[str, Shape], large: tuple[str, Shape], slow
         f"issued {m[ISSUE]:.2f} instructions per active cycle, with its SMs holding a warp {m['SMs active %']:.0f}% "
         f"of the kernel's cycles; at {ls.label()} `{lk}`'s issued {lg[ISSUE]:.2f}, with {warps(lg):.1f} warps per "
         f"SM (two per scheduler), each instruction waiting {lg[STALLS['wait']]:.2f} cycles on a fixed-latency "
-        f"dependency and {lg[STALLS['math pipe throttle']]:.2f} on a busy math pipe. The model takes one "
-        f"instruction per scheduler per cycle and every unit fed each cycle; with two warps a scheduler, the "
-        f"dependent chains of the softmax and the fragment loads leave it idle {1 - lg[ISSUE]:.0%} of its active "
-        f"cycles. That latency is why {slower[0]} of the {slower[1]} step times ran slower than predicted, why a "
-        f"step that removed work from the resource the model found binding gained less than predicted, and why "
-        f"one that hides a latency the model does not weigh gained where it predicted a tie.")
+        f"dependency and {lg[STALLS['math pipe throttle']]:.2f} on a busy math pipe. The model takes the issue "
+        f"slots and each warp's fixed waits as separate bounds, the larger winning; with two warps a scheduler, "
+        f"the warps also wait on each other, on the math pipes and on the fragment loads, and leave it idle "
+        f"{1 - lg[ISSUE]:.0%} of its active cycles. That is why {slower[0]} of the {slower[1]} step times ran "
+        f"slower than predicted, why a step that removed work from the resource the model found binding gained "
+        f"less than predicted, and why one that hides a wait the model does not weigh gained where it predicted "
+        f"a tie.")

@@ -108,7 +108,8 @@ def _counted_why(r: dict) -> str:
     issue = (f", and its schedulers issued {r[counters.ISSUE]:.2f} instructions per active cycle"
              if r.get(counters.ISSUE) is not None else "")
     causes = [f"SMs idle {100 - r['SMs active %']:.0f}% of the kernel's cycles"] if r["SMs active %"] < BUSY_SMS else []
-    causes += [f"{held:.1f} warps per SM, too few to hide the latency of their own results"] if held < MANY_WARPS else []
+    causes += [f"{held:.1f} warps per SM, too few to hide the waits on each other and on results whose latency "
+               "varies (shared memory, `ex2`, global memory)"] if held < MANY_WARPS else []
     return (f"Nsight Compute counted (`{r['function']}`, {r['gpu']}, {r['date']}): its SMs held a warp "
             f"{r['SMs active %']:.0f}% of the kernel's cycles, each SM {held:.1f} of the 64 warps it can hold{issue}. "
             "The model takes every SM busy at the bound's full rate"

@@ -26,10 +26,11 @@ What it takes as given (the page "The time model" states the same):
     per clock; a CTA issues each SASS instruction of its key-tile loop on the trips its source line
     ran on the executor (a guarded copy or mask on fewer), the rest once per warp
     (attnlab.model.issue); not given where the SASS's loops do not say which code runs how often;
-  - latency: a warp waits out the stall ptxas wrote into each instruction it issues (its control
-    code, attnlab.kernels.sass_control: the fixed-latency dependencies the compiler did not fill
-    with other work), counted on the same trips, so a CTA takes at least its warps' stalls, and an
-    SM overlaps the CTAs it holds at a time; given where the issue bound is;
+  - latency: a warp waits out the stall ptxas wrote into each instruction of the key-tile loop it
+    issues (its control code, attnlab.kernels.sass_control: the fixed-latency dependencies the
+    compiler did not fill with other work), counted on the same trips, so a CTA takes at least its
+    warps' stalls, and an SM overlaps its CTAs as many at a time as it holds; given where the issue
+    bound is;
   - LAUNCH_US per kernel launch, and for chapter 4 the two cuBLAS GEMMs at the tensor-core peak
     and DRAM (the executor runs only its softmax).
 Not modelled: waits on variable-latency results (shared memory, `ex2`, global memory: the
@@ -104,8 +105,8 @@ class Prediction:
         return self.top.time_us + sum(b.time_us for b in self.extra) + LAUNCH_US * self.launches
 
     def without(self, resource: str) -> "Prediction":
-        """The same prediction with one resource's bound left out: what the model predicted before it
-        counted that resource (the latency bound came after chapter 7's step 7.11 was measured)."""
+        """The same prediction with one resource's bound left out: what the rest of the model
+        predicts (a page sets the two side by side where that resource decides)."""
         return dataclasses.replace(self, bounds=[b for b in self.bounds if b.resource != resource])
 
 
@@ -170,6 +171,14 @@ def warp_stalls(t: Trace, loop: issue_model.LoopShape) -> np.ndarray | None:
     return issue_model.stall_cycles(loop, t.launches[0], warps)
 
 
+def _busiest_latency(owner: np.ndarray, stalled: np.ndarray, warps: int, resident: int, sms: int, hz: float) -> float:
+    """The latency bound in seconds: on each SM its CTAs' per-warp stalls, overlapped as many at a
+    time as it holds (at most `resident`), the busiest SM's."""
+    load = np.bincount(owner, weights=stalled / warps / hz, minlength=sms)
+    held = np.minimum(resident, np.bincount(owner, minlength=sms))
+    return float((load / np.maximum(held, 1)).max())
+
+
 def _at_once(t: Trace, gpu: GpuSpec, resident: int) -> int:
     """CTAs an SM holds at a time: `resident`, or fewer where the grid does not fill them."""
     n = len(t.launches[0].blocks)
@@ -182,8 +191,8 @@ def per_cta_seconds(t: Trace, gpu: GpuSpec, resident: int, dot_products: bool = 
     """Resource -> seconds of one SM's that resource each CTA of the first launch needs, from its
     counts at `gpu`'s rates (`resident` CTAs per SM; `dot_products` as bounds_of; `issued`, the
     warp instructions per CTA where known; `cuda`, _cuda_core_rate_and_flops if already worked out;
-    `stalled`, warp_stalls where known: a CTA's warps each wait out their own, alongside the other
-    CTAs the SM holds)."""
+    `stalled`, warp_stalls where known: a CTA's warps each wait out their own, its share of an SM
+    that holds `resident` CTAs at a time; bounds_of takes each SM's own count)."""
     rates = ARCH_RATES[gpu.arch]
     hz = clock_ghz(gpu) * 1e9
     fma_rate, cuda_flops = cuda or _cuda_core_rate_and_flops(t, gpu, resident, dot_products)
@@ -191,7 +200,7 @@ def per_cta_seconds(t: Trace, gpu: GpuSpec, resident: int, dot_products: bool = 
     issue = {} if issued is None else {"instruction issue": issued / (SCHEDULERS_PER_SM * hz)}
     if stalled is not None:
         warps = math.ceil(int(np.prod(t.launches[0].block)) / 32)
-        issue["latency"] = stalled / warps / (_at_once(t, gpu, resident) * hz)
+        issue["latency"] = stalled / warps / (resident * hz)
     return {
         "tensor cores": t.per_cta("tensor_flops") / (rates["tensor_flops"] * hz),
         "fp32 FMA": (exps / max(exps.sum(), 1) * cuda_flops / 2) / (fma_rate * hz),
@@ -223,10 +232,13 @@ def bounds_of(t: Trace, gpu: GpuSpec, resident: int, dot_products: bool = True,
     owner = placement(per_cta, gpu.sms)
     n = len(owner)
     out = []
+    warps = math.ceil(int(np.prod(t.launches[0].block)) / 32)
     for resource, secs in per_cta.items():
         busiest = np.bincount(owner, weights=secs, minlength=gpu.sms).max() if n else 0.0
+        if resource == "latency" and n:
+            busiest = _busiest_latency(owner, stalled, warps, resident, gpu.sms, clock_ghz(gpu) * 1e9)
         work = (_issue_text(issued, loop) if resource == "instruction issue"
-                else _latency_text(stalled, issued, _at_once(t, gpu, resident)) if resource == "latency"
+                else _latency_text(stalled, issued, resident) if resource == "latency"
                 else _work_text(resource, totals, *cuda, rates))
         out.append(Bound(resource, busiest * 1e6, work))
     if loop is not None and issued is None:
@@ -246,10 +258,10 @@ def _issue_text(issued: np.ndarray | None, loop: issue_model.LoopShape) -> str:
             f"{loop.outside} outside it per warp) at {SCHEDULERS_PER_SM} per SM-clock")
 
 
-def _latency_text(stalled: np.ndarray, issued: np.ndarray, at_once: int) -> str:
-    return (f"{int(round(stalled.sum())):,} warp-cycles of the stalls ptxas wrote into the instructions issued "
-            f"({stalled.sum() / issued.sum():.2f} a warp instruction), each warp waiting out its own, "
-            f"{at_once} CTA{'s' if at_once > 1 else ''} of an SM at a time")
+def _latency_text(stalled: np.ndarray, issued: np.ndarray, resident: int) -> str:
+    return (f"{int(round(stalled.sum())):,} warp-cycles of the stalls ptxas wrote into the key-tile loop's "
+            f"instructions, each warp waiting out its own, up to {resident} CTA{'s' if resident > 1 else ''} "
+            f"of an SM at a time")
 
 
 def _work_text(resource: str, totals: dict, fma_rate: float, cuda_flops: int, rates: dict) -> str:

@@ -17,8 +17,10 @@ body computes once) left out. A CTA then issues
 an instruction with no line inside the body (the loop's own test and increment, code hoisted into
 it), or at a line whose CPU code the host compiler hoisted, counted on every trip, and every
 instruction outside the loop once per warp. The same trips weigh the stall ptxas wrote into each
-instruction (attnlab.kernels.sass_control): the cycles a warp waits out on its path, the model's
-latency bound (stall_cycles). The HMMA among them, so counted, must come to the
+instruction of the loop (attnlab.kernels.sass_control): the cycles a warp waits out on its path
+through the loop, the model's latency bound (stall_cycles). Outside the loop the listing holds
+paths that not every warp takes (a split's merge, a masked row's exit), whose stalls would add up
+as if each warp ran them all, so the latency bound leaves them out and stays a bound. The HMMA among them, so counted, must come to the
 executor's own count of mma.sync: a SASS loop that is not one trip of the source's (unrolled) fails it. That holds where
 the loop is the whole of the hot path: no loop inside it (whose trip count the listing does not
 give), none around it (whose other instructions it would miss) and no second copy of it (a version
@@ -58,9 +60,8 @@ class LoopShape:
     parts: tuple[tuple[str | None, int], ...] = ()
     marker_parts: tuple[tuple[str | None, int], ...] = ()  # the same, of the marker instructions alone
     # The same lines with the cycles their instructions hold a warp (sass_control: each one's stall,
-    # at least 1), and those cycles of the instructions outside the loop.
+    # at least 1).
     stall_parts: tuple[tuple[str | None, int], ...] = ()
-    outside_stalls: int = 0
 
     @property
     def every_trip(self) -> int:
@@ -133,9 +134,8 @@ def loop_shape(kernel: str, arch: str, entry: str) -> LoopShape:
                 parts[place] += 1
                 marked[place] += opcode(instruction).startswith(marker)
                 stalls[place] += control[off].cycles
-        outside = sum(control[off].cycles for off in sass_loop.outside_offsets(lines, loop))
         return LoopShape(entry, arch, marker, markers(loop), sum(ins.values()), sum(out.values()), why, head,
-                         _sorted(parts), _sorted(+marked), _sorted(stalls), outside)
+                         _sorted(parts), _sorted(+marked), _sorted(stalls))
     return LoopShape(entry, arch, None, 0, 0, 0, "no loop holds an HMMA or a MUFU.EX2")
 
 
@@ -207,12 +207,12 @@ def warp_instructions(shape: LoopShape, launch: LaunchCounts, warps: int) -> np.
 
 
 def stall_cycles(shape: LoopShape, launch: LaunchCounts, warps: int) -> np.ndarray | None:
-    """Per CTA, the cycles its warps spend on the stalls ptxas wrote into their instructions (summed
-    over warps; None where warp_instructions is): each loop instruction's on the trips its line ran
-    on, the rest once per warp. A warp cannot run its path in fewer cycles than its share of them."""
+    """Per CTA, the cycles its warps spend on the stalls ptxas wrote into the key-tile loop's
+    instructions (summed over warps; None where warp_instructions is), each on the trips its line
+    ran on. A warp cannot run its path through the loop in fewer cycles than its share of them."""
     if shape.why_not or not shape.stall_parts:
         return None
     measured = line_trips(shape, launch)
     if _problem(shape, launch, measured):
         return None
-    return _issued(shape.stall_parts, *measured) + shape.outside_stalls * warps
+    return _issued(shape.stall_parts, *measured)
