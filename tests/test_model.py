@@ -161,7 +161,7 @@ def test_latency_bound_is_each_warps_stalls_over_the_ctas_an_sm_holds():
     for ctas, resident, want in ((L4.sms, 1, per_warp), (2 * L4.sms, 2, per_warp), (L4.sms, 2, per_warp),
                                  (2 * L4.sms, 1, 2 * per_warp)):
         t = _with_trips(_trace(ctas, tensor_flops=2048 * MMA_FLOPS), {"k.cu:5": 32, "k.cu:9": 4})
-        assert issue.stall_cycles(loop, t.launches[0], warps=4) == pytest.approx(np.full(ctas, 4 * per_warp))
+        assert issue.stall_cycles(loop, t.launches[0]) == pytest.approx(np.full(ctas, 4 * per_warp))
         issued = issue.warp_instructions(loop, t.launches[0], warps=4)
         out = bounds.bounds_of(t, L4, resident, issue=(issued, loop))
         got = next(b for b in out if b.resource == "latency")

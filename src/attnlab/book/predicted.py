@@ -213,13 +213,11 @@ def grid_fill(kernel_id: str, gpu: str, shape: Shape = MISSION, causal: bool = F
     import numpy as np
 
     from ..gpus import by_key
-    from ..model.bounds import counted, ctas_per_sm, per_cta_seconds, placement, warp_instructions, warp_stalls
+    from ..model.bounds import counted, per_cta_counted, placement
 
     g = by_key(gpu)
     t = counted(kernel_id, shape, causal, g)  # every CTA run, or at the large shapes one head's
-    issued, loop = warp_instructions(t, kernel_id, g)
-    per_cta = per_cta_seconds(t, g, ctas_per_sm(kernel_id, shape, g), issued=issued,
-                              stalled=None if issued is None else warp_stalls(t, loop))
+    per_cta = per_cta_counted(t, kernel_id, g)
     return placement(per_cta, g.sms), np.max(np.stack(list(per_cta.values())), axis=0) * 1e6, t.launches[0].grid
 
 

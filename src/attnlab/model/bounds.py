@@ -152,6 +152,11 @@ def _cuda_core_rate_and_flops(t: Trace, gpu: GpuSpec, resident: int, dot_product
 
 
 
+def _warps(t: Trace) -> int:
+    """Warps in a CTA of the first launch."""
+    return math.ceil(int(np.prod(t.launches[0].block)) / 32)
+
+
 def warp_instructions(t: Trace, kernel: str, gpu: GpuSpec) -> tuple[np.ndarray | None, issue_model.LoopShape]:
     """Per CTA of the first launch, the warp instructions it issues (None where the SASS does not
     give them), and the key-tile loop that says so (attnlab.model.issue)."""
@@ -160,15 +165,13 @@ def warp_instructions(t: Trace, kernel: str, gpu: GpuSpec) -> tuple[np.ndarray |
     loop = issue_model.loop_shape(spec.id, gpu.arch, entry)
     if loop.why_not is None and (problem := issue_model.trip_problem(loop, t.launches[0])):
         loop = dataclasses.replace(loop, why_not=problem)
-    warps = math.ceil(int(np.prod(t.launches[0].block)) / 32)
-    return issue_model.warp_instructions(loop, t.launches[0], warps), loop
+    return issue_model.warp_instructions(loop, t.launches[0], _warps(t)), loop
 
 
 def warp_stalls(t: Trace, loop: issue_model.LoopShape) -> np.ndarray | None:
     """Per CTA of the first launch, the cycles its warps wait out the stalls of the instructions they
     issue (summed over warps; None where warp_instructions gives no count)."""
-    warps = math.ceil(int(np.prod(t.launches[0].block)) / 32)
-    return issue_model.stall_cycles(loop, t.launches[0], warps)
+    return issue_model.stall_cycles(loop, t.launches[0])
 
 
 def _busiest_latency(owner: np.ndarray, stalled: np.ndarray, warps: int, resident: int, sms: int, hz: float) -> float:
@@ -199,8 +202,7 @@ def per_cta_seconds(t: Trace, gpu: GpuSpec, resident: int, dot_products: bool = 
     exps = t.per_cta("exps").astype(float)
     issue = {} if issued is None else {"instruction issue": issued / (SCHEDULERS_PER_SM * hz)}
     if stalled is not None:
-        warps = math.ceil(int(np.prod(t.launches[0].block)) / 32)
-        issue["latency"] = stalled / warps / (resident * hz)
+        issue["latency"] = stalled / _warps(t) / (resident * hz)
     return {
         "tensor cores": t.per_cta("tensor_flops") / (rates["tensor_flops"] * hz),
         "fp32 FMA": (exps / max(exps.sum(), 1) * cuda_flops / 2) / (fma_rate * hz),
@@ -210,6 +212,14 @@ def per_cta_seconds(t: Trace, gpu: GpuSpec, resident: int, dot_products: bool = 
         "shuffles": t.per_cta("shuffles") * 32 / (rates["shuffle_lanes"] * hz),
         **issue,
     }
+
+
+def per_cta_counted(t: Trace, kernel: str, gpu: GpuSpec) -> dict[str, np.ndarray]:
+    """per_cta_seconds of `t` (traced for `kernel` on `gpu`) with every count predict weighs: the
+    instruction issue and the latency the SASS gives, at the launch's resident CTAs."""
+    issued, loop = warp_instructions(t, kernel, gpu)
+    return per_cta_seconds(t, gpu, ctas_per_sm(kernel, t.shape, gpu), issued=issued,
+                           stalled=None if issued is None else warp_stalls(t, loop))
 
 
 def placement(per_cta: dict[str, np.ndarray], sms: int) -> np.ndarray:
@@ -232,13 +242,15 @@ def bounds_of(t: Trace, gpu: GpuSpec, resident: int, dot_products: bool = True,
     owner = placement(per_cta, gpu.sms)
     n = len(owner)
     out = []
-    warps = math.ceil(int(np.prod(t.launches[0].block)) / 32)
     for resource, secs in per_cta.items():
-        busiest = np.bincount(owner, weights=secs, minlength=gpu.sms).max() if n else 0.0
-        if resource == "latency" and n:
-            busiest = _busiest_latency(owner, stalled, warps, resident, gpu.sms, clock_ghz(gpu) * 1e9)
+        if not n:
+            busiest = 0.0
+        elif resource == "latency":  # each SM's own count of CTAs held at a time, not `resident`
+            busiest = _busiest_latency(owner, stalled, _warps(t), resident, gpu.sms, clock_ghz(gpu) * 1e9)
+        else:
+            busiest = np.bincount(owner, weights=secs, minlength=gpu.sms).max()
         work = (_issue_text(issued, loop) if resource == "instruction issue"
-                else _latency_text(stalled, issued, resident) if resource == "latency"
+                else _latency_text(stalled, resident) if resource == "latency"
                 else _work_text(resource, totals, *cuda, rates))
         out.append(Bound(resource, busiest * 1e6, work))
     if loop is not None and issued is None:
@@ -258,7 +270,7 @@ def _issue_text(issued: np.ndarray | None, loop: issue_model.LoopShape) -> str:
             f"{loop.outside} outside it per warp) at {SCHEDULERS_PER_SM} per SM-clock")
 
 
-def _latency_text(stalled: np.ndarray, issued: np.ndarray, resident: int) -> str:
+def _latency_text(stalled: np.ndarray, resident: int) -> str:
     return (f"{int(round(stalled.sum())):,} warp-cycles of the stalls ptxas wrote into the key-tile loop's "
             f"instructions, each warp waiting out its own, up to {resident} CTA{'s' if resident > 1 else ''} "
             f"of an SM at a time")

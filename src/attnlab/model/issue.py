@@ -16,16 +16,18 @@ body computes once) left out. A CTA then issues
 
 an instruction with no line inside the body (the loop's own test and increment, code hoisted into
 it), or at a line whose CPU code the host compiler hoisted, counted on every trip, and every
-instruction outside the loop once per warp. The same trips weigh the stall ptxas wrote into each
-instruction of the loop (attnlab.kernels.sass_control): the cycles a warp waits out on its path
-through the loop, the model's latency bound (stall_cycles). Outside the loop the listing holds
-paths that not every warp takes (a split's merge, a masked row's exit), whose stalls would add up
-as if each warp ran them all, so the latency bound leaves them out and stays a bound. The HMMA among them, so counted, must come to the
+instruction outside the loop once per warp. The HMMA among them, so counted, must come to the
 executor's own count of mma.sync: a SASS loop that is not one trip of the source's (unrolled) fails it. That holds where
 the loop is the whole of the hot path: no loop inside it (whose trip count the listing does not
 give), none around it (whose other instructions it would miss) and no second copy of it (a version
 the compiler made for another path, of which the listing does not say which runs). Elsewhere the
 issue bound is not given, and says why.
+
+The same trips weigh the stall ptxas wrote into each instruction of the loop
+(attnlab.kernels.sass_control): the cycles a warp waits out on its path through the loop, the
+model's latency bound (stall_cycles). Outside the loop the listing holds paths that not every warp
+takes (a split's merge, a masked row's exit), whose stalls would add up as if each warp ran them
+all, so the latency bound leaves them out and stays a bound.
 """
 from __future__ import annotations
 
@@ -193,26 +195,29 @@ def trip_problem(shape: LoopShape, launch: LaunchCounts) -> str | None:
     return _problem(shape, launch, line_trips(shape, launch))
 
 
-def warp_instructions(shape: LoopShape, launch: LaunchCounts, warps: int) -> np.ndarray | None:
-    """Per CTA, the warp instructions it issues (None where the loop does not stand for the hot path
-    or trip_problem says the executor's trips cannot weigh it). A line the CPU build records no trip
-    of (the GPU's compiler made instructions the host compiler needed none for, or hoisted) runs on
-    every trip."""
+def _on_trips(shape: LoopShape, launch: LaunchCounts, parts) -> np.ndarray | None:
+    """Per CTA, `parts` ((line, count) pairs of the loop's body) weighed by the trips each line ran
+    on; None where the loop does not stand for the hot path or trip_problem says the executor's
+    trips cannot weigh it."""
     if shape.why_not:
         return None
     measured = line_trips(shape, launch)
     if _problem(shape, launch, measured):
         return None
-    return _issued(shape.parts, *measured) + shape.outside * warps
+    return _issued(parts, *measured)
 
 
-def stall_cycles(shape: LoopShape, launch: LaunchCounts, warps: int) -> np.ndarray | None:
+def warp_instructions(shape: LoopShape, launch: LaunchCounts, warps: int) -> np.ndarray | None:
+    """Per CTA, the warp instructions it issues (None where the loop does not stand for the hot path
+    or trip_problem says the executor's trips cannot weigh it). A line the CPU build records no trip
+    of (the GPU's compiler made instructions the host compiler needed none for, or hoisted) runs on
+    every trip."""
+    in_loop = _on_trips(shape, launch, shape.parts)
+    return None if in_loop is None else in_loop + shape.outside * warps
+
+
+def stall_cycles(shape: LoopShape, launch: LaunchCounts) -> np.ndarray | None:
     """Per CTA, the cycles its warps spend on the stalls ptxas wrote into the key-tile loop's
     instructions (summed over warps; None where warp_instructions is), each on the trips its line
     ran on. A warp cannot run its path through the loop in fewer cycles than its share of them."""
-    if shape.why_not or not shape.stall_parts:
-        return None
-    measured = line_trips(shape, launch)
-    if _problem(shape, launch, measured):
-        return None
-    return _issued(shape.stall_parts, *measured)
+    return _on_trips(shape, launch, shape.stall_parts) if shape.stall_parts else None
