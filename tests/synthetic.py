@@ -3,9 +3,10 @@ to. The GPU is named TEST GPU, records live only in temporary folders, and none 
 real records come from real runs.
 
 The scratch repository (`scratch_repository`) is a git repository holding a copy of kernels/ and
-src/ in two commits: OLDER, where every kernel source ends in one more comment line, then NOW, the
-files as they are. A record made "now" is bound to NOW; `synthetic_record(older=True)` is a record
-honestly made at OLDER, so every kernel of it is stale by its source.
+src/ in two commits: OLDER, where every kernel source ends in one more function (headers in one more
+comment line), then NOW, the files as they are. A record made "now" is bound to NOW;
+`synthetic_record(older=True)` is a record honestly made at OLDER, so every kernel of it is stale by
+its source, and by its code: a function the record's binary held is gone.
 """
 from __future__ import annotations
 
@@ -19,6 +20,15 @@ from attnlab.records.timing import summarize
 ROOT = Path(__file__).resolve().parents[1]
 GPU_NAME = "TEST GPU (NVIDIA L4 table entry)"
 OLDER_LINE = b"\n// an older version of this kernel\n"
+
+
+def older_text(path: Path) -> bytes:
+    """What OLDER appends to a kernel file: a function of its own in a .cu file (a comment alone
+    would compile to the same code, and leave a record of it fresh), a comment in a header."""
+    if path.suffix != ".cu":
+        return OLDER_LINE
+    name = "".join(c if c.isalnum() else "_" for c in path.stem)
+    return OLDER_LINE + f'extern "C" __global__ void attnlab_older_{name}(int* flag) {{ *flag = 1; }}\n'.encode()
 GIT = ("-c", "user.name=attnlab tests", "-c", "user.email=tests@attnlab.invalid", "-c", "commit.gpgsign=false")
 
 
@@ -43,7 +53,7 @@ def build_template(where: Path) -> Path:
     git(where, "init", "-q", "-b", "main")
     now = {p: p.read_bytes() for p in (where / "kernels").iterdir() if p.suffix in (".cu", ".cuh")}
     for path, data in now.items():
-        path.write_bytes(data + OLDER_LINE)
+        path.write_bytes(data + older_text(path))
     git(where, "add", "kernels", "src")
     git(where, "commit", "-q", "-m", "older", date="2020-01-01T00:00:00Z")
     for path, data in now.items():

@@ -254,7 +254,7 @@ def test_only_fresh_kernels_of_a_record_are_shown(results, scratch_repository):
 
     path = write_record(synthetic_record(also=["02_block_tiling"]))
     source = scratch_repository / "kernels" / "02_block_tiling.cu"
-    source.write_text(source.read_text() + "\n// changed since\n")
+    source.write_text(source.read_text().replace("KEY_CHUNK = 8;", "KEY_CHUNK = 4;"))  # other code, not a comment
     git(scratch_repository, "commit", "-q", "-am", "change 02", date="2020-01-03T00:00:00Z")
     [kept] = page.fresh_records("bench", "01_scalar")
     assert set(kept["kernels"]) == {"01_scalar"}

@@ -249,12 +249,44 @@ def test_a_changed_launch_geometry_makes_exactly_that_kernels_records_stale(resu
     assert stale["02_block_tiling"] == [] and any("launch geometry" in w for w in stale["01_scalar"])
 
 
+def _retune(repo, rel: str, old: str, new: str):
+    path = repo / rel
+    text = path.read_text()
+    assert text.count(old) == 1
+    path.write_text(text.replace(old, new))
+    git(repo, "commit", "-q", "-am", f"retune {rel}", date="2020-01-03T00:00:00Z")
+
+
 def test_a_changed_source_makes_its_records_stale_not_refused(results, scratch_repository):
     write_record(synthetic_record())
-    _edit(scratch_repository, "kernels/01_scalar.cu", "\n// tuned\n")
+    _retune(scratch_repository, "kernels/01_scalar.cu", "KEY_CHUNK = 8;", "KEY_CHUNK = 4;")
     item = _only(results)
-    assert item.refused == [] and item.stale["01_scalar"][0].startswith("its source changed")
+    why = item.stale["01_scalar"]
+    assert item.refused == [] and why[0].startswith("its source changed")
+    assert "its sm_89 code changed (attn_fwd_01_scalar)" in why[0]
     assert fresh_records("bench") == []
+
+
+def test_a_source_edit_that_compiles_to_the_same_code_keeps_its_records_fresh(results, scratch_repository):
+    """A comment, or a new function beside the measured ones, leaves every function the record's
+    binary held as it was: the GPU would run the same code."""
+    write_record(synthetic_record())
+    _edit(scratch_repository, "kernels/01_scalar.cu",
+          '\n// a later step\nextern "C" __global__ void attn_fwd_01_later(int* x) { *x = 2; }\n')
+    assert _only(results).fresh == {"01_scalar"} and len(fresh_records("bench")) == 1
+    _edit(scratch_repository, "kernels/common.cuh", "\n// a note on the helpers\n")
+    assert _only(results).fresh == {"01_scalar"}
+
+
+def test_a_source_edit_is_judged_by_code_only_where_nothing_else_changed(results, scratch_repository):
+    """Where a harness module changed too, the kernel is stale without building it twice, and the
+    source is named first among the reasons."""
+    write_record(synthetic_record())
+    _edit(scratch_repository, "kernels/01_scalar.cu", "\n// tuned\n")
+    _edit(scratch_repository, "src/attnlab/gpu/bench.py", "\n# elsewhere\n")
+    why = _only(results).stale["01_scalar"]
+    assert why[0].startswith("its source changed") and "code" not in why[0]
+    assert why[1] == "harness module src/attnlab/gpu/bench.py changed"
 
 
 def test_a_copy_without_git_binds_only_its_stamped_commit(results, scratch_repository, monkeypatch):

@@ -2,7 +2,9 @@
 one of its inputs changes.
 
 Per kernel of a record:
-- `sha256`: the kernel's source and headers (attnlab.kernels.sources.kernel_hash);
+- `sha256`: the kernel's source and headers (attnlab.kernels.sources.kernel_hash). Where only this
+  differs, the two versions are compiled and compared function by function (attnlab.records.code):
+  an edit that leaves the code the record ran as it was (a comment, a new entry) keeps it fresh;
 - `build`: how its binary was made: back end, compiler and version, flags, target, defines;
 - `launch_sha256`: the launch geometry it ran with (grid, block, dynamic shared memory, entry, key
   split) at every shape and configuration the record holds, on the record's GPU;

@@ -11,8 +11,9 @@ Loading judges each record (`assess`):
   in the future); breaking physics (attnlab.records.physics); a failed check carrying a time. `verify`
   fails on any refused record.
 - *local*: measured from a tree with uncommitted changes: kept for reading, never shown.
-- otherwise each kernel is *fresh* or *stale*: stale, with the reasons, when its source, build,
-  launch geometry, launcher or a harness module of the record's kind differs now.
+- otherwise each kernel is *fresh* or *stale*: stale, with the reasons, when its build, launch
+  geometry, launcher or a harness module of the record's kind differs now, or its source does and
+  no longer compiles to the code the record ran (attnlab.records.code).
 The freshest record of each (GPU, kind, kernel) follows commit order. Where it is stale, the kernel
 (or its harness) changed since a GPU measured it: `verify` names it and why, and the kernel awaits a
 GPU run, as one never measured does; a kernel may change between the rare sessions that have a GPU.
@@ -305,8 +306,12 @@ def _against_commit(rec: dict, commit) -> list[str]:
     return problems
 
 
-def _staleness(rec: dict, kid: str, now: _Now) -> list[str]:
-    """Why one kernel of a bound record no longer describes what running it now would measure."""
+def _staleness(rec: dict, kid: str, now: _Now, commit=None) -> list[str]:
+    """Why one kernel of a bound record no longer describes what running it now would measure.
+    Where its source changed and nothing else did, the record stays fresh if the source still
+    compiles to the code it ran, function for function (attnlab.records.code): that takes its
+    `commit`'s files."""
+    from .code import changed_code
     from .fingerprint import (arch_of, harness_digests, harness_modules, launch_digest, launches_of, module_path,
                               release, runner_module)
     from ..kernels.registry import get
@@ -315,9 +320,6 @@ def _staleness(rec: dict, kid: str, now: _Now) -> list[str]:
         return [f"{kid} is not in the registry"]
     meta, spec, arch = rec["kernels"][kid], KERNELS[kid], arch_of(rec["gpu"])
     why = []
-    if meta["sha256"] != now.sources[kid]:
-        why.append(f"its source changed: kernels/{spec.source} and its headers hash to {now.sources[kid][:12]} "
-                   f"now, {meta['sha256'][:12]} then")
     built, then = now.build(kid, arch), meta["build"] if isinstance(meta["build"], dict) else {}
     for key in ("backend", "compiler", "flags", "arch", "defines"):
         same = (release(then.get(key, "")) == release(built[key]) if key == "compiler"
@@ -334,6 +336,15 @@ def _staleness(rec: dict, kid: str, now: _Now) -> list[str]:
         if rec["harness"].get(m) != current[m]:
             why.append(f"harness module {module_path(m)} changed" if m in rec["harness"]
                        else f"harness module {module_path(m)} is new")
+    if meta["sha256"] != now.sources[kid]:
+        source = (f"its source changed: kernels/{spec.source} and its headers hash to {now.sources[kid][:12]} "
+                  f"now, {meta['sha256'][:12]} then")
+        # Compiling two versions is worth it only where nothing else already stales the kernel, and
+        # only for the registered build: a search record's configurations were built otherwise.
+        if why or commit is None or any(config for config, _ in launches_of(rec, kid)):
+            why.insert(0, source)
+        elif (code := changed_code(spec, arch, commit.read, now.files.get)) is not None:
+            why.insert(0, f"{source}, and {code}")
     return why
 
 
@@ -371,7 +382,7 @@ def _judge(out: Assessed, rec: dict, now: _Now | None) -> None:
     out.order = (commit.order if commit else -1, rec["created_utc"], str(out.path))
     if not out.refused:
         now = now or _Now()
-        out.stale = {kid: _staleness(rec, kid, now) for kid in rec["kernels"]}
+        out.stale = {kid: _staleness(rec, kid, now, commit if out.commit else None) for kid in rec["kernels"]}
 
 
 def load_records(root: Path | None = None) -> tuple[list[Assessed], list[str]]:
