@@ -85,9 +85,11 @@
 //   7.8 07_mma_across_heads:   ACROSS_HEADS = true: a causal grid's CTA i takes query tile i / (B H)
 //                              of pair i % (B H), so the longest tiles of every head start first.
 //   7.9, 7.10:                 launcher rules that pick step 7.6's launch or step 7.8's per shape.
-//   7.11 07_mma_lean_loop:     LEAN_LOOP = true in both: a K/V tile inside L is copied without row
-//                              tests (load_whole_tile), and a warp whose rows kept their maxima
-//                              skips the rescale of O.
+//   7.11 07_mma_lean_loop:     WHOLE_TILES = SKIP_RESCALE = true in both: a K/V tile inside L is
+//                              copied without row tests (load_whole_tile), and a warp whose rows
+//                              kept their maxima skips the rescale of O.
+//   7.12 07_mma_whole_tile_copy: SKIP_RESCALE = false again: the whole-tile copy alone, since the
+//                              vote's branch cost the rescale more waits than the multiplies it skipped.
 // 07_mma_noswizzle (SWIZZLE = false in 07_mma) is an ablation: every ldmatrix phase is an
 // 8-way bank conflict.
 //
@@ -198,7 +200,7 @@ __device__ __forceinline__ void load_whole_tile(unsigned tile, const __half* row
 // PARTIAL: write this CTA's split of the keys to o_part and ml for attn_combine_07 (o unused);
 // otherwise o_part and ml are unused.
 template <int D, int BLOCK_N, int KV_SPLIT, bool SWIZZLE, int STAGES, bool ONE_BARRIER, bool LONGEST_FIRST,
-          int ROW_BLOCKS, bool ACROSS_HEADS, bool LEAN_LOOP, bool PARTIAL>
+          int ROW_BLOCKS, bool ACROSS_HEADS, bool WHOLE_TILES, bool SKIP_RESCALE, bool PARTIAL>
 __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const __half* __restrict__ k,
                                             const __half* __restrict__ v, __half* __restrict__ o,
                                             float* __restrict__ o_part, float* __restrict__ ml,
@@ -212,7 +214,7 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
     static_assert(STAGES >= 1 && (STAGES >= 2 || !ONE_BARRIER), "one stage needs the second barrier before its refill");
     static_assert(!PARTIAL || KV_SPLIT == 1, "one route to split the keys at a time");
     static_assert(ROW_BLOCKS == 1 || ROW_BLOCKS == 2, "one or two 16-row blocks per warp");
-    static_assert(!LEAN_LOOP || (ONE_BARRIER && STAGES > 1), "the lean loop's copy is the one-barrier prefetch's");
+    static_assert(!WHOLE_TILES || (ONE_BARRIER && STAGES > 1), "the whole-tile copy is the one-barrier prefetch's");
     constexpr int ROW_BYTES = D * 2;
     constexpr int Q_BYTES = BLOCK_M * ROW_BYTES;
     constexpr int KV_BYTES = BLOCK_N * ROW_BYTES;
@@ -333,7 +335,7 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
                 attn::cp_async_wait<STAGES - 2>();  // this thread's copies of tile j (and Q) have landed
                 __syncthreads();  // one barrier per tile: everyone's have, and every warp is done with tile j-1
                 if (next < tile1) {  // so its stage takes tile j + STAGES - 1 while tile j is used
-                    if constexpr (LEAN_LOOP) {
+                    if constexpr (WHOLE_TILES) {
                         // A tile inside L (all but a ragged last one) skips the row tests, and the
                         // thread's part of its addresses is the same for every tile.
                         if ((next + 1) * BLOCK_N <= L) {
@@ -435,7 +437,7 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
                     // instead keeps exp2(-inf) = 0 rather than exp2(-inf + inf) = NaN.
                     const float m_use = (m_new == ATTN_NEG_INF) ? 0.f : m_new;
                     neg_mc[h] = -m_use * scale_log2;
-                    if constexpr (LEAN_LOOP) {
+                    if constexpr (SKIP_RESCALE) {
                         // No row of the warp's 8 raised its max: corr would be 2^0 = 1 on every lane,
                         // and the warp skips it and its multiplies (a vote keeps the branch uniform).
                         if (!__any_sync(0xffffffffu, m_new != m_run[mb][h])) continue;
@@ -608,12 +610,12 @@ __host__ __device__ constexpr bool split_fits() {
 }
 
 template <int D, int BLOCK_N, int KV_SPLIT, bool SWIZZLE, int STAGES, bool ONE_BARRIER, bool LONGEST_FIRST,
-          int ROW_BLOCKS, bool ACROSS_HEADS, bool LEAN_LOOP>
+          int ROW_BLOCKS, bool ACROSS_HEADS, bool WHOLE_TILES, bool SKIP_RESCALE>
 __device__ __forceinline__ void run_07(const __half* q, const __half* k, const __half* v, __half* o, int L,
                                        float scale, int causal) {
     if constexpr (split_fits<BLOCK_N, KV_SPLIT>())
         attn_fwd_07<D, BLOCK_N, KV_SPLIT, SWIZZLE, STAGES, ONE_BARRIER, LONGEST_FIRST, ROW_BLOCKS, ACROSS_HEADS,
-                    LEAN_LOOP, false>(q, k, v, o, nullptr, nullptr, L, scale, causal);
+                    WHOLE_TILES, SKIP_RESCALE, false>(q, k, v, o, nullptr, nullptr, L, scale, causal);
 }
 
 constexpr int COMBINE_THREADS = 128;  // attn_combine_07's block (the registry reads it)
@@ -623,57 +625,71 @@ constexpr int COMBINE_THREADS = 128;  // attn_combine_07's block (the registry r
 // SWIZZLE, STAGES, ONE_BARRIER). The registry maps the runtime D, and for 07_mma the split it
 // picks, to the entry; the D argument is part of the common signature and fixed here.
 #define ATTN07_ENTRY(NAME, D, BLOCK_N, KV_SPLIT, SWIZZLE, STAGES, ONE_BARRIER, LONGEST_FIRST, ROW_BLOCKS,       \
-                     ACROSS_HEADS, LEAN_LOOP)                                                                  \
+                     ACROSS_HEADS, WHOLE_TILES, SKIP_RESCALE)                                                  \
     extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS_PER_SM)                                     \
     NAME(const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,             \
          __half* __restrict__ o, int L, int D_, float scale, int causal) {                                     \
         run_07<D, BLOCK_N, KV_SPLIT, SWIZZLE, STAGES, ONE_BARRIER, LONGEST_FIRST, ROW_BLOCKS, ACROSS_HEADS,      \
-               LEAN_LOOP>(q, k, v, o, L, scale, causal);                                                       \
+               WHOLE_TILES, SKIP_RESCALE>(q, k, v, o, L, scale, causal);                                       \
     }
 
-ATTN07_ENTRY(attn_fwd_07_mma_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true, 1, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, true, true, 1, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true, 1, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_split2_d128, 128, BLOCK_N_D128, 2, true, STAGES_D128, true, true, 1, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true, 1, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true, 1, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, true, true, 1, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true, 1, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_split2_d128, 128, BLOCK_N_D128, 2, true, STAGES_D128, true, true, 1, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true, 1, false, false, false)
 // A 4-way split at D = 128 needs the 64-key tile (16 keys per group); with 32 it compiles to nothing.
-ATTN07_ENTRY(attn_fwd_07_mma_split4_d128, 128, BLOCK_N_D128, 4, true, STAGES_D128, true, true, 1, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_two_barriers_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, false, true, 1, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_two_barriers_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, false, true, 1, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_noswizzle_d64, 64, BLOCK_N_D64, 1, false, STAGES_D64, true, true, 1, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_noswizzle_d128, 128, BLOCK_N_D128, 1, false, STAGES_D128, true, true, 1, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_single_buffer_d64, 64, BLOCK_N_D64, 1, true, 1, false, true, 1, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_single_buffer_d128, 128, BLOCK_N_D128, 1, true, 1, false, true, 1, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_split4_d128, 128, BLOCK_N_D128, 4, true, STAGES_D128, true, true, 1, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_two_barriers_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, false, true, 1, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_two_barriers_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, false, true, 1, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_noswizzle_d64, 64, BLOCK_N_D64, 1, false, STAGES_D64, true, true, 1, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_noswizzle_d128, 128, BLOCK_N_D128, 1, false, STAGES_D128, true, true, 1, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_single_buffer_d64, 64, BLOCK_N_D64, 1, true, 1, false, true, 1, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_single_buffer_d128, 128, BLOCK_N_D128, 1, true, 1, false, true, 1, false, false, false)
 // The chapter's first two steps: no swizzle, one stage, two barriers; then the longest tiles first.
-ATTN07_ENTRY(attn_fwd_07_mma_plain_d64, 64, BLOCK_N_D64, 1, false, 1, false, false, 1, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_plain_d128, 128, BLOCK_N_D128, 1, false, 1, false, false, 1, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_longest_first_d64, 64, BLOCK_N_D64, 1, false, 1, false, true, 1, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_longest_first_d128, 128, BLOCK_N_D128, 1, false, 1, false, true, 1, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_plain_d64, 64, BLOCK_N_D64, 1, false, 1, false, false, 1, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_plain_d128, 128, BLOCK_N_D128, 1, false, 1, false, false, 1, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_longest_first_d64, 64, BLOCK_N_D64, 1, false, 1, false, true, 1, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_longest_first_d128, 128, BLOCK_N_D128, 1, false, 1, false, true, 1, false, false, false)
 // Step 7.7: two 16-row blocks per warp at D = 64 (at D = 128 their accumulators would spill, and the
 // step runs the entries above), unsplit and split as 07_mma.
-ATTN07_ENTRY(attn_fwd_07_mma_two_row_blocks_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true, 2, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_two_row_blocks_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true, 2, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_two_row_blocks_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true, 2, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_two_row_blocks_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true, 2, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_two_row_blocks_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true, 2, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_two_row_blocks_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true, 2, false, false, false)
 // Step 7.8: step 7.7 with a causal grid's longest query tiles first across the heads.
-ATTN07_ENTRY(attn_fwd_07_mma_across_heads_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true, 2, true, false)
-ATTN07_ENTRY(attn_fwd_07_mma_across_heads_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, true, true, 1, true, false)
-ATTN07_ENTRY(attn_fwd_07_mma_across_heads_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true, 2, true, false)
-ATTN07_ENTRY(attn_fwd_07_mma_across_heads_split2_d128, 128, BLOCK_N_D128, 2, true, STAGES_D128, true, true, 1, true, false)
-ATTN07_ENTRY(attn_fwd_07_mma_across_heads_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true, 2, true, false)
-ATTN07_ENTRY(attn_fwd_07_mma_across_heads_split4_d128, 128, BLOCK_N_D128, 4, true, STAGES_D128, true, true, 1, true, false)
-// Step 7.11: steps 7.6 and 7.8 with less scalar work per key tile (LEAN_LOOP), for step 7.10's launcher.
-ATTN07_ENTRY(attn_fwd_07_mma_lean_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true, 1, false, true)
-ATTN07_ENTRY(attn_fwd_07_mma_lean_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, true, true, 1, false, true)
-ATTN07_ENTRY(attn_fwd_07_mma_lean_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true, 1, false, true)
-ATTN07_ENTRY(attn_fwd_07_mma_lean_split2_d128, 128, BLOCK_N_D128, 2, true, STAGES_D128, true, true, 1, false, true)
-ATTN07_ENTRY(attn_fwd_07_mma_lean_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true, 1, false, true)
-ATTN07_ENTRY(attn_fwd_07_mma_lean_split4_d128, 128, BLOCK_N_D128, 4, true, STAGES_D128, true, true, 1, false, true)
-ATTN07_ENTRY(attn_fwd_07_mma_lean_across_heads_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true, 2, true, true)
-ATTN07_ENTRY(attn_fwd_07_mma_lean_across_heads_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, true, true, 1, true, true)
-ATTN07_ENTRY(attn_fwd_07_mma_lean_across_heads_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true, 2, true, true)
-ATTN07_ENTRY(attn_fwd_07_mma_lean_across_heads_split2_d128, 128, BLOCK_N_D128, 2, true, STAGES_D128, true, true, 1, true, true)
-ATTN07_ENTRY(attn_fwd_07_mma_lean_across_heads_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true, 2, true, true)
-ATTN07_ENTRY(attn_fwd_07_mma_lean_across_heads_split4_d128, 128, BLOCK_N_D128, 4, true, STAGES_D128, true, true, 1, true, true)
+ATTN07_ENTRY(attn_fwd_07_mma_across_heads_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true, 2, true, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_across_heads_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, true, true, 1, true, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_across_heads_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true, 2, true, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_across_heads_split2_d128, 128, BLOCK_N_D128, 2, true, STAGES_D128, true, true, 1, true, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_across_heads_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true, 2, true, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_across_heads_split4_d128, 128, BLOCK_N_D128, 4, true, STAGES_D128, true, true, 1, true, false, false)
+// Step 7.11: steps 7.6 and 7.8 with less scalar work per key tile (WHOLE_TILES, SKIP_RESCALE), for step
+// 7.10's launcher.
+ATTN07_ENTRY(attn_fwd_07_mma_lean_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true, 1, false, true, true)
+ATTN07_ENTRY(attn_fwd_07_mma_lean_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, true, true, 1, false, true, true)
+ATTN07_ENTRY(attn_fwd_07_mma_lean_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true, 1, false, true, true)
+ATTN07_ENTRY(attn_fwd_07_mma_lean_split2_d128, 128, BLOCK_N_D128, 2, true, STAGES_D128, true, true, 1, false, true, true)
+ATTN07_ENTRY(attn_fwd_07_mma_lean_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true, 1, false, true, true)
+ATTN07_ENTRY(attn_fwd_07_mma_lean_split4_d128, 128, BLOCK_N_D128, 4, true, STAGES_D128, true, true, 1, false, true, true)
+ATTN07_ENTRY(attn_fwd_07_mma_lean_across_heads_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true, 2, true, true, true)
+ATTN07_ENTRY(attn_fwd_07_mma_lean_across_heads_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, true, true, 1, true, true, true)
+ATTN07_ENTRY(attn_fwd_07_mma_lean_across_heads_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true, 2, true, true, true)
+ATTN07_ENTRY(attn_fwd_07_mma_lean_across_heads_split2_d128, 128, BLOCK_N_D128, 2, true, STAGES_D128, true, true, 1, true, true, true)
+ATTN07_ENTRY(attn_fwd_07_mma_lean_across_heads_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true, 2, true, true, true)
+ATTN07_ENTRY(attn_fwd_07_mma_lean_across_heads_split4_d128, 128, BLOCK_N_D128, 4, true, STAGES_D128, true, true, 1, true, true, true)
+// Step 7.12: step 7.11's entries with the whole-tile copy alone (SKIP_RESCALE = false).
+ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true, 1, false, true, false)
+ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, true, true, 1, false, true, false)
+ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true, 1, false, true, false)
+ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_split2_d128, 128, BLOCK_N_D128, 2, true, STAGES_D128, true, true, 1, false, true, false)
+ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true, 1, false, true, false)
+ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_split4_d128, 128, BLOCK_N_D128, 4, true, STAGES_D128, true, true, 1, false, true, false)
+ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_across_heads_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true, 2, true, true, false)
+ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_across_heads_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, true, true, 1, true, true, false)
+ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_across_heads_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true, 2, true, true, false)
+ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_across_heads_split2_d128, 128, BLOCK_N_D128, 2, true, STAGES_D128, true, true, 1, true, true, false)
+ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_across_heads_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true, 2, true, true, false)
+ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_across_heads_split4_d128, 128, BLOCK_N_D128, 4, true, STAGES_D128, true, true, 1, true, true, false)
 
 // FlashAttention-2's split across CTAs (07_mma_split_ctas): the partial kernel (grid z = splits),
 // then the combine.
@@ -681,8 +697,8 @@ ATTN07_ENTRY(attn_fwd_07_mma_lean_across_heads_split4_d128, 128, BLOCK_N_D128, 4
     extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS_PER_SM)                                     \
     NAME(const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,             \
          float* __restrict__ o_part, float* __restrict__ ml, int L, int D_, float scale, int causal) {         \
-        attn_fwd_07<D, BLOCK_N, 1, true, STAGES, true, true, 1, false, false, true>(q, k, v, nullptr, o_part, ml, L,  \
-                                                                                    scale, causal);             \
+        attn_fwd_07<D, BLOCK_N, 1, true, STAGES, true, true, 1, false, false, false, true>(q, k, v, nullptr, o_part,  \
+                                                                                           ml, L, scale, causal); \
     }
 
 ATTN07_PARTIAL_ENTRY(attn_fwd_07_mma_partial_d64, 64, BLOCK_N_D64, STAGES_D64)

@@ -24,7 +24,8 @@ from attnlab.kernels.static import build as static_build
 
 IDS = ("07_mma", "07_mma_split2", "07_mma_split4", "07_mma_nosplit", "07_mma_two_barriers", "07_mma_noswizzle",
        "07_mma_single_buffer", "07_mma_longest_first", "07_mma_plain", "07_mma_two_row_blocks", "07_mma_across_heads",
-       "07_mma_rows_that_fill", "07_mma_even_split", "07_mma_lean", "07_mma_lean_across_heads", "07_mma_lean_loop")
+       "07_mma_rows_that_fill", "07_mma_even_split", "07_mma_lean", "07_mma_lean_across_heads", "07_mma_lean_loop",
+       "07_mma_whole_tiles", "07_mma_whole_tiles_across_heads", "07_mma_whole_tile_copy")
 SPEC = registry.KERNELS["07_mma"]  # the source's own tiles (the L4's)
 SRC = SPEC.path.read_text()
 MAX_REGS_PER_SM = 65536
@@ -52,16 +53,18 @@ def stages(spec) -> dict[int, int]:
     return {D: spec.config[f"ATTN07_STAGES_D{D}"] for D in (64, 128)}
 
 
-def _entries() -> dict[str, tuple[int, int, bool, int | None, bool, int, bool, bool]]:
+def _entries() -> dict[str, tuple[int, int, bool, int | None, bool, int, bool, bool, bool]]:
     """entry -> (D, key split, swizzle, stages (None: the build's STAGES_D<D>), one barrier, 16-row
-    blocks per warp, causal tiles across the heads, lean loop), from the ATTN07_ENTRY lines."""
+    blocks per warp, causal tiles across the heads, whole-tile copy, skipped rescale), from the
+    ATTN07_ENTRY lines."""
     assert re.search(r"extern \"C\" __global__ void __launch_bounds__\(THREADS, MIN_CTAS_PER_SM\)", SRC)
     found = re.findall(r"^ATTN07_ENTRY\((attn_fwd_07_\w+), (\d+), BLOCK_N_D\2, (\d+), (true|false), "
-                       r"(STAGES_D\2|1), (true|false), (?:true|false), ([12]), (true|false), (true|false)\)$", SRC, re.M)
+                       r"(STAGES_D\2|1), (true|false), (?:true|false), ([12]), (true|false), (true|false), (true|false)\)$",
+                       SRC, re.M)
     assert len(found) == SRC.count("\nATTN07_ENTRY(")
     return {name: (int(d), int(split), sw == "true", None if st.startswith("STAGES") else int(st), ob == "true", int(rb),
-                   across == "true", lean == "true")
-            for name, d, split, sw, st, ob, rb, across, lean in found}
+                   across == "true", whole == "true", skip == "true")
+            for name, d, split, sw, st, ob, rb, across, whole, skip in found}
 
 
 def entry_stages(entry: str, st: dict) -> int:
@@ -170,7 +173,7 @@ def _opcodes(lines: list[str]):
 
 
 def test_registry_names_every_entry_with_its_head_dim():
-    assert len(ENTRIES) == 37
+    assert len(ENTRIES) == 49
     named = {arch: set() for arch in ARCHES}
     for arch in ARCHES:
         for kid in IDS:
@@ -183,15 +186,17 @@ def test_registry_names_every_entry_with_its_head_dim():
                     named[arch].add(entry)
             if kid not in ("07_mma", "07_mma_split2", "07_mma_split4", "07_mma_two_row_blocks", "07_mma_across_heads",
                            "07_mma_rows_that_fill", "07_mma_even_split", "07_mma_lean", "07_mma_lean_across_heads",
-                           "07_mma_lean_loop"):
+                           "07_mma_lean_loop", "07_mma_whole_tiles", "07_mma_whole_tiles_across_heads",
+                           "07_mma_whole_tile_copy"):
                 assert "ablation" in spec.summary and spec.variant_of == "07_mma"
     # every entry runs somewhere; the 4-way split at D = 128 only with 64-key tiles
     assert named["sm_90"] == named["sm_80"] == set(ENTRIES)
     assert named["sm_89"] == set(ENTRIES) - {f"attn_fwd_07_mma{kind}_split4_d128"
-                                             for kind in ("", "_across_heads", "_lean", "_lean_across_heads")}
+                                             for kind in ("", "_across_heads", "_lean", "_lean_across_heads",
+                                                          "_whole_tiles", "_whole_tiles_across_heads")}
     # the kernel may run every split entry; each fixed-split variant runs only its own
     assert set(registry.get("07_mma").entries_at_head_dim(64)) == {e for e, v in ENTRIES.items()
-                                                                   if v[0] == 64 and v[2:] == (True, None, True, 1, False, False)}
+                                                                   if v[0] == 64 and v[2:] == (True, None, True, 1, False, False, False)}
     # step 7.7 takes two row blocks at D = 64 in every split, and 07_mma's entries at D = 128
     step = registry.get("07_mma_two_row_blocks")
     assert {ENTRIES[e][5] for e in step.entries_at_head_dim(64)} == {2}
@@ -208,12 +213,13 @@ def test_registry_names_every_entry_with_its_head_dim():
         for D in (64, 128):
             assert set(fits.entries_at_head_dim(D)) == set(registry.get("07_mma").entries_at_head_dim(D)) | set(
                 after.entries_at_head_dim(D))
-    # step 7.11 runs step 7.10's entries with the lean loop, each switched alone
-    lean, ten = registry.get("07_mma_lean_loop"), registry.get("07_mma_even_split")
+    # step 7.11 runs step 7.10's entries with both switches of the lean loop, step 7.12 with the copy's alone
+    ten, lean, whole = (registry.get(k) for k in ("07_mma_even_split", "07_mma_lean_loop", "07_mma_whole_tile_copy"))
     for D in (64, 128):
-        assert [ENTRIES[e][:7] for e in lean.entries_at_head_dim(D)] == [ENTRIES[e][:7] for e in ten.entries_at_head_dim(D)]
-        assert all(ENTRIES[e][7] for e in lean.entries_at_head_dim(D))
-        assert not any(ENTRIES[e][7] for e in ten.entries_at_head_dim(D))
+        for step, switches in ((ten, (False, False)), (lean, (True, True)), (whole, (True, False))):
+            assert [ENTRIES[e][:7] for e in step.entries_at_head_dim(D)] == [ENTRIES[e][:7]
+                                                                             for e in ten.entries_at_head_dim(D)]
+            assert {ENTRIES[e][7:] for e in step.entries_at_head_dim(D)} == {switches}
 
 
 @pytest.mark.parametrize("arch", ARCHES)
@@ -240,7 +246,7 @@ def test_registry_mirrors_the_kernel_constants(kid, arch):
 def test_resources_no_spill_smem_and_two_ctas_per_sm(build):
     arch, resources, _, bn, st = build
     assert set(resources) == set(ENTRIES) | set(PARTIALS) | {COMBINE}
-    for name, (D, split, *_rest, rb, _across, _lean) in ENTRIES.items():
+    for name, (D, split, *_rest, rb, _across, _whole, _skip) in ENTRIES.items():
         if not _runs(name, bn):
             continue
         f = resources[name]
@@ -255,18 +261,18 @@ def test_resources_no_spill_smem_and_two_ctas_per_sm(build):
         assert f.registers <= bound, f"{name} on {arch}: {f.registers} registers"
 
 
-def _expected(D: int, split: int, tiles: dict, n_stages: int, rb: int = 1, lean: bool = False) -> dict[str, int]:
+def _expected(D: int, split: int, tiles: dict, n_stages: int, rb: int = 1, whole: bool = False) -> dict[str, int]:
     """Per-thread instruction counts of one build, with the loop body compiled once. A warp
     multiplies its group's slice of each tile: SUB_N = BLOCK_N / split keys, for each of its rb
     16-row blocks, from K and V fragments read once for all of them. The prologue copies
-    n_stages - 1 tiles ahead; the lean loop has two copies of the loop's (a whole tile's, a ragged one's)."""
+    n_stages - 1 tiles ahead; the whole-tile copy has two of the loop's (a whole tile's, a ragged one's)."""
     bn, sub_n = tiles[D], tiles[D] // split
     q_copies, kv_copies = BLOCK_M * rb // split * D // 8 // THREADS, bn * D // 8 // THREADS
     return {
         "HMMA.16816.F32": rb * ((D // 16) * (sub_n // 8) + (sub_n // 16) * (D // 8)),  # S = Q K^T, then O += P V
         "LDSM.16.M88.4": rb * D // 16 + (D // 16) * (sub_n // 16),                    # Q once, K per tile
         "LDSM.16.MT88.4": (sub_n // 16) * (D // 16),                                  # V, transposed
-        "LDGSTS.E.BYPASS.128": q_copies + (n_stages - 1 + 1 + lean) * 2 * kv_copies,  # prologue; loop K, V
+        "LDGSTS.E.BYPASS.128": q_copies + (n_stages - 1 + 1 + whole) * 2 * kv_copies,  # prologue; loop K, V
         "SHFL.BFLY": rb * (4 + 4),  # 2 rows x (xor 1, 2): the max in the loop, the sum once after it (below)
         # p per score, 2 corrections; the merge: 2 rows x 2 factors per other group
         "MUFU.EX2": rb * ((sub_n // 8) * 4 + 2 + 4 * (split - 1)),
@@ -276,11 +282,11 @@ def _expected(D: int, split: int, tiles: dict, n_stages: int, rb: int = 1, lean:
 
 def test_sass_has_the_promised_instruction_mix(build):
     arch, _, sass, bn, st = build
-    for name, (D, split, *_rest, rb, _across, lean) in ENTRIES.items():
+    for name, (D, split, *_rest, rb, _across, whole, _skip) in ENTRIES.items():
         if not _runs(name, bn):
             continue
         ops = _opcodes(sass[name])
-        for op, n in _expected(D, split, bn, entry_stages(name, st), rb, lean).items():
+        for op, n in _expected(D, split, bn, entry_stages(name, st), rb, whole).items():
             assert ops[op] == n, f"{name} on {arch}: {op} x{ops[op]}, expected {n}"
         assert not any(op.startswith(("LDL", "STL")) for op in ops), f"{name}: local memory"
         assert not any(op.startswith("STG") and op != "STG.E.128" for op in ops), f"{name}: narrow stores"
@@ -292,23 +298,24 @@ def test_the_lean_loop_branches_around_the_rescale(arch):
     """Step 7.11 skips the rescale of O by a branch, not by predication: in the key-tile loop each of
     its 2 x row-block votes is followed by a branch on the vote's predicate (the first instruction
     the predicate guards), and no multiply is predicated. (Predicated, the skipped multiplies would still take issue slots,
-    and the model's count of the trips they ran on would undercount them.)"""
+    and the model's count of the trips they ran on would undercount them.) No other entry votes: step
+    7.12's keep the copy and not the vote."""
     from attnlab.kernels import sass_loop
 
     spec = registry.get("07_mma_lean_loop", arch)
     sass, bn = static_build(spec, arch).sass, block_n(spec)
-    lean = [n for n, v in ENTRIES.items() if v[7] and _runs(n, bn)]
+    lean = [n for n, v in ENTRIES.items() if v[8] and _runs(n, bn)]
     assert len(lean) >= 10
-    for name in lean:
+    for name in (n for n in ENTRIES if _runs(n, bn)):
         lines = sass_loop.listing(sass, name)
         body = [ins for _, ins in sass_loop.loop_body(lines, sass_loop.main_loop(lines, "HMMA"))]
         votes = [i for i, ins in enumerate(body) if ins.startswith("VOTE.ANY")]
-        assert len(votes) == 2 * ENTRIES[name][5], f"{name} on {arch}"
+        assert len(votes) == (2 * ENTRIES[name][5] if name in lean else 0), f"{name} on {arch}"
         for i in votes:
             pred = re.match(r"VOTE\.ANY (P\d)", body[i]).group(1)
             guarded = next(ins for ins in body[i + 1:] if re.match(rf"@!?{pred} ", ins))
             assert guarded.startswith(f"@!{pred} BRA "), f"{name} on {arch}: {guarded}"
-        assert not [ins for ins in body if ins.startswith("@") and "FMUL" in ins], f"{name} on {arch}"
+        assert name not in lean or not [ins for ins in body if ins.startswith("@") and "FMUL" in ins], f"{name} on {arch}"
 
 
 @pytest.mark.parametrize("arch", ARCHES)

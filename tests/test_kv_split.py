@@ -306,25 +306,31 @@ def test_step_7_10_passes_the_cpu_check_where_it_takes_step_7_8s_launch(causal):
     assert case.passed and not case.findings, case
 
 
+KERNEL_ONLY_STEPS = [("07_mma_lean_loop", "attn_fwd_07_mma_lean"), ("07_mma_whole_tile_copy", "attn_fwd_07_mma_whole_tiles")]
+
+
+@pytest.mark.parametrize("kid,prefix", KERNEL_ONLY_STEPS)
 @pytest.mark.parametrize("arch,sms", [("sm_89", 58), ("sm_90", 132), ("sm_80", 108)])
-def test_step_7_11_launches_step_7_10s_launch_with_the_lean_loop(arch, sms):
-    """07_mma_lean_loop changes the kernel, not the launcher: at every shape its grid, block, shared
-    memory and key split are step 7.10's, and its entry is the lean-loop twin of step 7.10's."""
-    lean, ten = registry.get("07_mma_lean_loop", arch), registry.get("07_mma_even_split", arch)
+def test_steps_7_11_and_7_12_launch_step_7_10s_launch_with_their_own_kernel(kid, prefix, arch, sms):
+    """07_mma_lean_loop and 07_mma_whole_tile_copy change the kernel, not the launcher: at every shape
+    their grid, block, shared memory and key split are step 7.10's, and their entry is their own twin
+    of step 7.10's."""
+    mine_spec, ten = registry.get(kid, arch), registry.get("07_mma_even_split", arch)
     for s in ROWS_THAT_FILL + [MISSION, Shape(1, 8, 512, 128), Shape(1, 58, 100, 64), Shape(3, 5, 700, 128)]:
-        mine, theirs = lean.launch_config(s, sms), ten.launch_config(s, sms)
-        assert mine["entry"] == theirs["entry"].replace("attn_fwd_07_mma", "attn_fwd_07_mma_lean", 1), (arch, s)
+        mine, theirs = mine_spec.launch_config(s, sms), ten.launch_config(s, sms)
+        assert mine["entry"] == theirs["entry"].replace("attn_fwd_07_mma", prefix, 1), (arch, s)
         assert {k: v for k, v in mine.items() if k != "entry"} == {k: v for k, v in theirs.items() if k != "entry"}
 
 
+@pytest.mark.parametrize("kid,prefix", KERNEL_ONLY_STEPS)
 @pytest.mark.parametrize("causal", [False, True])
-def test_step_7_11_passes_the_cpu_check_where_it_takes_step_7_8s_launch(causal):
-    """As for step 7.10: two 128-row tiles of one head per SM, so that step 7.11 runs its two-row-block
+def test_steps_7_11_and_7_12_pass_the_cpu_check_where_they_take_step_7_8s_launch(kid, prefix, causal):
+    """As for step 7.10: two 128-row tiles of one head per SM, so that each runs its two-row-block
     entry. L = 228 makes four 64-key tiles: the prologue copies the first, the loop the two whole ones
     (load_whole_tile) and the ragged last one (load_tile, with its row tests)."""
     from attnlab.executor import cpu
 
-    spec, shape = registry.get("07_mma_lean_loop", "sm_89"), Shape(1, gpus.sm_count()[0], 228, 64)
-    assert spec.launch_config(shape)["entry"] == "attn_fwd_07_mma_lean_across_heads_d64"
+    spec, shape = registry.get(kid, "sm_89"), Shape(1, gpus.sm_count()[0], 228, 64)
+    assert spec.launch_config(shape)["entry"] == f"{prefix}_across_heads_d64"
     case = cpu.check_case_cpu(spec, shape, causal, 0)
     assert case.passed and not case.findings, case

@@ -44,7 +44,8 @@ def test_riskiest_kernels_first_variants_last():
                              "07_mma_noswizzle", "07_mma_single_buffer", "07_mma_split_ctas", "07_mma_longest_first",
                              "07_mma_plain", "07_mma_two_row_blocks", "07_mma_across_heads",
                              "07_mma_rows_that_fill", "07_mma_even_split", "07_mma_lean", "07_mma_lean_across_heads",
-                             "07_mma_lean_loop"} | {
+                             "07_mma_lean_loop", "07_mma_whole_tiles", "07_mma_whole_tiles_across_heads",
+                             "07_mma_whole_tile_copy"} | {
         k for k in registry.KERNELS if k.startswith("06_ws_")}
     assert order[-len(variants):] == [k for k in order if k in variants]
 

@@ -98,7 +98,8 @@ MUTANTS: tuple[Mutant, ...] = (
            ("07_mma_two_row_blocks",),
            "both row blocks of a warp take the first block's Q fragment: the second block's rows get the first's answers"),
     Mutant("07-lean-ragged-tile", "07_mma_swizzle.cu",
-           "if ((next + 1) * BLOCK_N <= L) {", "if (next * BLOCK_N < L) {", ("07_mma_lean_loop",),
+           "if ((next + 1) * BLOCK_N <= L) {", "if (next * BLOCK_N < L) {",
+           ("07_mma_lean_loop", "07_mma_whole_tile_copy"),
            "the lean loop copies a ragged last K/V tile as a whole one: its rows past L are read past the head "
            "(past the tensor, for the last head) instead of zero-filled"),
     Mutant("07-lean-rescale-vote", "07_mma_swizzle.cu",

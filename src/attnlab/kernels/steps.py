@@ -1,8 +1,8 @@
 """Chapter 7's steps as code: the kernel of each step, and what changed since the step before.
 
 Every step is kernels/07_mma_swizzle.cu built with its own template switches (SWIZZLE, STAGES,
-ONE_BARRIER, LONGEST_FIRST, KV_SPLIT, ROW_BLOCKS, ACROSS_HEADS, LEAN_LOOP), named once, in the step's
-`ATTN07_ENTRY` line of the source.
+ONE_BARRIER, LONGEST_FIRST, KV_SPLIT, ROW_BLOCKS, ACROSS_HEADS, WHOLE_TILES, SKIP_RESCALE), named
+once, in the step's `ATTN07_ENTRY` line of the source.
 The compiler drops the branches a switch turns off; `step_source` drops them the same way in the
 text, so a reader sees the kernel each step builds: the `if constexpr` branches that do not apply
 are gone, the ones that do are inlined, and `(SWITCH ? a : b)` is `a` or `b`. `step_diff` is the
@@ -25,9 +25,9 @@ ENTRY_MACRO = "ATTN07_ENTRY"
 # The template switches a step sets, in the order the code view lists them. D and BLOCK_N are
 # sizes, not techniques: they stay symbolic.
 SWITCHES = ("SWIZZLE", "STAGES", "ONE_BARRIER", "LONGEST_FIRST", "KV_SPLIT", "ROW_BLOCKS", "ACROSS_HEADS",
-            "LEAN_LOOP")
+            "WHOLE_TILES", "SKIP_RESCALE")
 # The helpers of the source a switch brings in, shown with the kernel where it is on.
-HELPERS = {"LEAN_LOOP": "template <int D, int ROWS, bool SWIZZLE>\n__device__ __forceinline__ void load_whole_tile("}
+HELPERS = {"WHOLE_TILES": "template <int D, int ROWS, bool SWIZZLE>\n__device__ __forceinline__ void load_whole_tile("}
 # Chapter 7's steps never take FlashAttention-2's partial route (that is 07_mma_split_ctas).
 FIXED = {"PARTIAL": False}
 

@@ -404,6 +404,11 @@ LEAN = LaterStep("attn_fwd_07_mma_lean")
 LEAN_ACROSS_HEADS = LaterStep("attn_fwd_07_mma_lean_across_heads")
 LEAN_SUMMARY = "with less scalar work per key tile: whole K/V tiles copied without row tests, the rescale of O " \
                "skipped where no row's max rose"
+# Step 7.12's: steps 7.6 and 7.8 with step 7.11's whole-tile copy and not its vote (below).
+WHOLE_TILES = LaterStep("attn_fwd_07_mma_whole_tiles")
+WHOLE_TILES_ACROSS_HEADS = LaterStep("attn_fwd_07_mma_whole_tiles_across_heads")
+WHOLE_TILES_SUMMARY = "with step 7.11's whole-tile copy of K and V (no row tests inside L) and the rescale of O " \
+                      "on every tile, as before step 7.11"
 
 for _kid, _step, _title, _summary, _extra in (
         ("07_mma_two_row_blocks", TWO_ROWS, "two row blocks per warp",
@@ -415,7 +420,11 @@ for _kid, _step, _title, _summary, _extra in (
         ("07_mma_lean", LEAN, "one row block, lean loop",
          f"step 7.6 (one row block, its key split) {LEAN_SUMMARY}", {}),
         ("07_mma_lean_across_heads", LEAN_ACROSS_HEADS, "two row blocks, lean loop",
-         f"step 7.8 {LEAN_SUMMARY}", {"causal_heads_first": True})):
+         f"step 7.8 {LEAN_SUMMARY}", {"causal_heads_first": True}),
+        ("07_mma_whole_tiles", WHOLE_TILES, "one row block, whole-tile copy",
+         f"step 7.6 (one row block, its key split) {WHOLE_TILES_SUMMARY}", {}),
+        ("07_mma_whole_tiles_across_heads", WHOLE_TILES_ACROSS_HEADS, "two row blocks, whole-tile copy",
+         f"step 7.8 {WHOLE_TILES_SUMMARY}", {"causal_heads_first": True})):
     register(KernelSpec(
         id=_kid,
         title=f"Swizzle + double buffer, {_title}",
@@ -492,16 +501,28 @@ def even_split_geometry(config: dict, one_row: "LaterStep | None" = None, two_ro
     return _two_launches(one, two, choose)
 
 
-# Step 7.11: step 7.10 with less scalar work in every trip of the key-tile loop (LEAN_LOOP): a K/V
-# tile inside L is copied without a row test, from addresses whose per-thread part is worked out once,
-# and a warp whose rows kept their maxima skips the rescale of O. Its two launches are steps 7.6 and
-# 7.8 with the switch (07_mma_lean, 07_mma_lean_across_heads); the launcher is step 7.10's.
+# Step 7.11: step 7.10 with less scalar work in every trip of the key-tile loop (WHOLE_TILES and
+# SKIP_RESCALE): a K/V tile inside L is copied without a row test, from addresses whose per-thread part
+# is worked out once, and a warp whose rows kept their maxima skips the rescale of O. Its two launches
+# are steps 7.6 and 7.8 with both switches (07_mma_lean, 07_mma_lean_across_heads); the launcher is
+# step 7.10's.
 LEAN_LAUNCHES = ("07_mma_lean", "07_mma_lean_across_heads")
 
 
 def lean_geometry(config: dict) -> dict:
-    """Step 7.10's launcher over the LEAN_LOOP entries."""
+    """Step 7.10's launcher over the lean-loop entries."""
     return even_split_geometry(config, LEAN, LEAN_ACROSS_HEADS)
+
+
+# Step 7.12: step 7.11 without the vote (SKIP_RESCALE off again). ptxas schedules the rescale behind
+# the vote's branch apart from the softmax it was interleaved with, so its instructions wait longer
+# than the multiplies it skips save; the whole-tile copy stays.
+WHOLE_TILE_LAUNCHES = ("07_mma_whole_tiles", "07_mma_whole_tiles_across_heads")
+
+
+def whole_tile_geometry(config: dict) -> dict:
+    """Step 7.10's launcher over the whole-tile-copy entries."""
+    return even_split_geometry(config, WHOLE_TILES, WHOLE_TILES_ACROSS_HEADS)
 
 
 for _kid, _geometry, _launches, _two_rows, _title, _summary in (
@@ -514,7 +535,9 @@ for _kid, _geometry, _launches, _two_rows, _title, _summary in (
          "step 7.9's launches, step 7.8's or step 7.6's at a key split, whichever spreads its CTAs over the "
          "SMs most evenly (fewer splits and two row blocks first, within SPLIT_EFFICIENCY)"),
         ("07_mma_lean_loop", lean_geometry, LEAN_LAUNCHES, LEAN_ACROSS_HEADS, "lean key-tile loop",
-         f"step 7.10's launches {LEAN_SUMMARY}")):
+         f"step 7.10's launches {LEAN_SUMMARY}"),
+        ("07_mma_whole_tile_copy", whole_tile_geometry, WHOLE_TILE_LAUNCHES, WHOLE_TILES_ACROSS_HEADS,
+         "whole-tile copy without the vote", f"step 7.10's launches {WHOLE_TILES_SUMMARY}")):
     register(KernelSpec(
         id=_kid,
         title=f"Swizzle + double buffer, {_title}",
@@ -558,6 +581,7 @@ STEPS_07: tuple[Step, ...] = (
     Step("7.10", "07_mma_even_split", "The launch that spreads its CTAs most evenly", "ch07_10_even_split",
          rule=even_split_geometry),
     Step("7.11", "07_mma_lean_loop", "Less scalar work per key tile", "ch07_11_lean_loop"),
+    Step("7.12", "07_mma_whole_tile_copy", "The whole-tile copy without the vote", "ch07_12_whole_tile_copy"),
 )
 
 
