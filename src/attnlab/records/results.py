@@ -306,11 +306,18 @@ def _against_commit(rec: dict, commit) -> list[str]:
     return problems
 
 
+def _entries_run(spec, launches, sms: int) -> set[str]:
+    """The entries of `spec` its launches at (configuration, shape) pairs run on `sms` SMs, and its
+    helpers (a combine kernel)."""
+    return {spec.launch_config(shape, sms=sms)["entry"] for _, shape in launches
+            if spec.supports_head_dim(shape.D)} | set(spec.helper_entries)
+
+
 def _staleness(rec: dict, kid: str, now: _Now, commit=None) -> list[str]:
     """Why one kernel of a bound record no longer describes what running it now would measure.
     Where its source changed and nothing else did, the record stays fresh if the source still
-    compiles to the code it ran, function for function (attnlab.records.code): that takes its
-    `commit`'s files."""
+    compiles, in the build the record ran (its architecture's defines, nvcc), to the code it ran,
+    function for function (attnlab.records.code): that takes its `commit`'s files."""
     from .code import changed_code
     from .fingerprint import (arch_of, harness_digests, harness_modules, launch_digest, launches_of, module_path,
                               release, runner_module)
@@ -339,11 +346,14 @@ def _staleness(rec: dict, kid: str, now: _Now, commit=None) -> list[str]:
     if meta["sha256"] != now.sources[kid]:
         source = (f"its source changed: kernels/{spec.source} and its headers hash to {now.sources[kid][:12]} "
                   f"now, {meta['sha256'][:12]} then")
-        # Compiling two versions is worth it only where nothing else already stales the kernel, and
-        # only for the registered build: a search record's configurations were built otherwise.
-        if why or commit is None or any(config for config, _ in launches_of(rec, kid)):
+        # Compiling two versions is worth it only where nothing else already stales the kernel (so
+        # its defines are the record's, checked above), built by nvcc as the record's was, and not
+        # for a search record, whose configurations were built otherwise.
+        launches = launches_of(rec, kid)
+        if why or commit is None or any(config for config, _ in launches) or then.get("backend") != "nvcc":
             why.insert(0, source)
-        elif (code := changed_code(spec, arch, commit.read, now.files.get)) is not None:
+        elif (code := changed_code(built_spec := get(kid, arch), arch, commit.read, now.files.get,
+                                   _entries_run(built_spec, launches, rec["gpu"]["sm_count"]))) is not None:
             why.insert(0, f"{source}, and {code}")
     return why
 
