@@ -70,10 +70,10 @@ def harness_digests(modules, read: Callable[[str], bytes | None]) -> dict[str, s
 def source_digest(spec, read: Callable[[str], bytes | None]) -> str | None:
     """The kernel_hash of `spec` over files as `read` gives them (a commit's, say)."""
     from ..kernels.sources import digest_named
+    from .code import source_files
 
     named = []
-    for name in (spec.source, *spec.extra_sources):  # some are outside kernels/ (a runner module)
-        rel = posixpath.normpath(f"kernels/{name}")
+    for rel in source_files(spec):  # some are outside kernels/ (a runner module)
         data = read(rel)
         if data is None:
             return None
