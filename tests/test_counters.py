@@ -111,3 +111,30 @@ def test_each_step_ratio_is_marked_where_the_measurement_missed_the_prediction(r
     assert ratio == pytest.approx(1.5 * float(row[1].split(" / ")[0]), abs=0.02)
     hit = next(r for r in rows if r[0].startswith(f"{climb.STEPS_07[2].number} over"))
     assert not any("**" in c for c in hit[1:])
+
+
+def test_counters_are_read_from_the_gpu_they_are_set_beside(results):
+    """Two GPUs' records: a measurement is explained by its own GPU's counters or by none, a table
+    of kernels reads one GPU, and the latency paragraph reads both of its rows from one GPU."""
+    from synthetic import synthetic_record
+
+    from attnlab.model.bounds import predict
+    from attnlab.records.results import write_record
+
+    want = predict("01_scalar", MISSION, False, "L4").time_us
+    write_record(synthetic_record(gpu="NVIDIA L4", kernel_us=want * 3, created="2026-01-01T00:00:00Z"), results)
+    other = _profile([("01_scalar", MISSION, {"SMs active %": 24.0, "achieved occupancy %": 6.25}),
+                      ("07_mma", MISSION, _counts(0.30, 1.1)),
+                      ("07_mma_even_split", LARGE, _counts(0.48, 1.25))], gpu="NVIDIA H100 80GB HBM3")
+    write_record(other, results)
+    [unexplained] = predicted.versus("01_scalar")
+    assert "No profile record of this kernel at this case on that GPU" in unexplained, "the H100's counts beside an L4"
+    assert counters.row("01_scalar", MISSION)["gpu"] == "NVIDIA H100 80GB HBM3"
+    assert counters.row("01_scalar", MISSION, gpu="NVIDIA L4") is None
+    # the L4 profiles one step at the large shape: a table of both steps has no GPU with both
+    write_record(_profile([("07_mma_lean_loop", LARGE, _counts(0.40, 1.80))]), results)
+    assert counters.issue_rows(["07_mma_even_split", "07_mma_lean_loop"], LARGE) is None
+    assert counters.latency_paragraph(("07_mma", MISSION), ("07_mma_lean_loop", LARGE), (1, 2)) is None
+    write_record(_profile([("01_scalar", MISSION, {"SMs active %": 50.0, "achieved occupancy %": 6.25})]), results)
+    [why] = predicted.versus("01_scalar")
+    assert "NVIDIA L4" in why.split("Nsight Compute counted")[1] and "SMs idle 50%" in why

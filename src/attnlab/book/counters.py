@@ -32,37 +32,39 @@ STALL_MEANING = {
 }
 
 
-def row(kernel_id: str, shape: Shape, causal: bool = False) -> dict | None:
-    """The newest fresh profile row of the kernel at this case (its GPU, date, metrics by name),
-    or None."""
+def row(kernel_id: str, shape: Shape, causal: bool = False, gpu: str | None = None) -> dict | None:
+    """The newest fresh profile row of the kernel at this case (its GPU, date, metrics by name), on
+    `gpu` (a device name, as records hold it) where given: a sentence that sets counters beside a
+    measurement, or beside another kernel's counters, reads them from one GPU. None without one."""
     rows = [r for r in fresh_profile_rows() if r["kernel"] == kernel_id and r["shape"] == tuple(shape)
-            and r["causal"] == causal]
+            and r["causal"] == causal and gpu in (None, r["gpu"])]
     return max(rows, key=lambda r: r["date"]) if rows else None
 
 
-def issue_row(kernel_id: str, shape: Shape, causal: bool = False) -> dict | None:
+def issue_row(kernel_id: str, shape: Shape, causal: bool = False, gpu: str | None = None) -> dict | None:
     """The row, where it holds the issue counters; else None."""
-    r = row(kernel_id, shape, causal)
+    r = row(kernel_id, shape, causal, gpu)
     return r if r is not None and r.get(ISSUE) is not None else None
 
 
-def occupancy_row(kernel_id: str, shape: Shape, causal: bool = False) -> dict | None:
+def occupancy_row(kernel_id: str, shape: Shape, causal: bool = False, gpu: str | None = None) -> dict | None:
     """The row, where it holds how busy the SMs were and how many warps they held; else None."""
-    r = row(kernel_id, shape, causal)
+    r = row(kernel_id, shape, causal, gpu)
     return r if r is not None and None not in (r.get("SMs active %"), r.get("achieved occupancy %")) else None
 
 
-def has_issue(kernel_id: str, shape: Shape, causal: bool = False) -> bool:
+def has_issue(kernel_id: str, shape: Shape, causal: bool = False, gpu: str | None = None) -> bool:
     """True where a fresh profile row of the kernel at this case holds the issue counters."""
-    return issue_row(kernel_id, shape, causal) is not None
+    return issue_row(kernel_id, shape, causal, gpu) is not None
 
 
 def issue_rows(kernel_ids, shape: Shape, causal: bool = False) -> tuple[list[str], list[list[str]]] | None:
     """One row per counter, one column per kernel: the duration under ncu, instructions issued, the
     rate a scheduler issued them at, resident warps, and why a warp did not issue; None unless every
-    kernel has a row with the issue counters, all from the same GPU."""
-    rows = [issue_row(k, shape, causal) for k in kernel_ids]
-    if None in rows or len({r["gpu"] for r in rows}) != 1:
+    kernel has a row with the issue counters on one GPU (the first kernel's newest)."""
+    first = issue_row(kernel_ids[0], shape, causal)
+    rows = [first and issue_row(k, shape, causal, first["gpu"]) for k in kernel_ids]
+    if None in rows:
         return None
     header = ["counted by ncu", *(f"`{k}`" for k in kernel_ids)]
     body = [["duration under ncu (base clocks)", *(fmt_us(r["duration"] / 1e3) for r in rows)],
@@ -91,9 +93,9 @@ def warps(r: dict) -> float:
     return r["achieved occupancy %"] * 64 / 100
 
 
-def label(kernel_id: str, shape: Shape, causal: bool = False) -> str | None:
+def label(kernel_id: str, shape: Shape, causal: bool = False, gpu: str | None = None) -> str | None:
     """"<GPU>, <date>" of the row issue_rows reads, for the sentence under its table."""
-    r = row(kernel_id, shape, causal)
+    r = row(kernel_id, shape, causal, gpu)
     return f"{r['gpu']}, {r['date']}" if r else None
 
 
@@ -103,7 +105,8 @@ def latency_paragraph(mission: tuple[str, Shape], large: tuple[str, Shape], slow
     step times the record holds ran slower than predicted. None unless both rows hold the issue
     counters."""
     (mk, ms), (lk, ls) = mission, large
-    m, lg = issue_row(mk, ms), issue_row(lk, ls)
+    lg = issue_row(lk, ls)
+    m = lg and issue_row(mk, ms, gpu=lg["gpu"])  # both from the GPU the sentence names
     if m is None or lg is None:
         return None
     return (

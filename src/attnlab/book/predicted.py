@@ -86,9 +86,9 @@ def versus(kernel_id: str, shape: Shape = MISSION, causal: bool = False) -> list
                        f"{p.launches} launches {LAUNCH_US:g} µs, {launch / p.time_us:.0%} of its prediction; the bench "
                        f"replays the launches in a CUDA graph, whose cost per launch the book has not measured, "
                        f"so this is where to look first, not yet a finding.")
-        elif (r := counters.occupancy_row(kernel_id, shape, causal)) is None:
+        elif (r := counters.occupancy_row(kernel_id, shape, causal, rec["gpu"]["name"])) is None:
             out.append(f"{head} {times} times the prediction. No profile record of this kernel at this case "
-                       f"holds the counters that would say why (`python -m attnlab profile {kernel_id}` on a GPU).")
+                       f"on that GPU holds the counters that would say why (`python -m attnlab profile {kernel_id}` on a GPU).")
         else:
             out.append(f"{head} {times} times the prediction. " + _counted_why(r))
     return out
