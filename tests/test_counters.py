@@ -11,7 +11,7 @@ from attnlab.shapes import MISSION, Shape
 LARGE = Shape(4, 16, 4096, 64)
 
 
-def _profile(rows, gpu="NVIDIA L4"):
+def _profile(rows, gpu="NVIDIA L4", created="2026-01-05T00:00:00Z"):
     """A fresh profile record: rows of (kernel, shape, {metric name or short name: value})."""
     from synthetic import new_test_record
 
@@ -22,7 +22,7 @@ def _profile(rows, gpu="NVIDIA L4"):
     by_short = {m.short: name for name, m in METRICS.items()}
     kids = list(dict.fromkeys(k for k, _, _ in rows))
     rec = new_test_record("profile", [get(k, "sm_89") for k in kids], {"metrics": list(METRICS)}, gpu=gpu,
-                          created="2026-01-05T00:00:00Z")
+                          created=created)
     rec["cases"] = [{"kernel": k, "shape": list(shape), "causal": False, "function": f"attn_fwd_{k}", "grid": "(1, 1, 1)",
                      "block": "(128, 1, 1)", "metrics": {by_short.get(n, n): {"value": v, "unit": ""} for n, v in m.items()}}
                     for k, shape, m in rows]
@@ -138,3 +138,12 @@ def test_counters_are_read_from_the_gpu_they_are_set_beside(results):
     write_record(_profile([("01_scalar", MISSION, {"SMs active %": 50.0, "achieved occupancy %": 6.25})]), results)
     [why] = predicted.versus("01_scalar")
     assert "NVIDIA L4" in why.split("Nsight Compute counted")[1] and "SMs idle 50%" in why
+
+
+def test_the_newest_row_is_the_latest_profiled_not_the_first_gpu_of_the_day(results):
+    from attnlab.records.results import write_record
+
+    for gpu, hour in (("NVIDIA H200", "09"), ("NVIDIA H100 80GB HBM3", "08")):
+        write_record(_profile([("07_mma", MISSION, _counts(0.30, 1.1))], gpu=gpu,
+                              created=f"2026-01-05T{hour}:00:00Z"), results)
+    assert counters.row("07_mma", MISSION)["gpu"] == "NVIDIA H200"

@@ -38,7 +38,18 @@ def row(kernel_id: str, shape: Shape, causal: bool = False, gpu: str | None = No
     measurement, or beside another kernel's counters, reads them from one GPU. None without one."""
     rows = [r for r in fresh_profile_rows() if r["kernel"] == kernel_id and r["shape"] == tuple(shape)
             and r["causal"] == causal and gpu in (None, r["gpu"])]
-    return max(rows, key=lambda r: r["date"]) if rows else None
+    if len(rows) > 1:  # on several GPUs: the one profiled last, to the second (two may share a day)
+        at = _profiled_at()
+        return max(rows, key=lambda r: at.get((r["gpu"], r["kernel"], r["shape"], r["causal"]), r["date"]))
+    return rows[0] if rows else None
+
+
+def _profiled_at() -> dict[tuple, str]:
+    """When each (GPU, kernel, shape, causal) was last profiled, as its fresh records say."""
+    from ..records.results import fresh_records
+
+    return {(rec["gpu"]["name"], case["kernel"], tuple(case["shape"]), case["causal"]): rec["created_utc"]
+            for rec in sorted(fresh_records("profile"), key=lambda r: r["created_utc"]) for case in rec["cases"]}
 
 
 def issue_row(kernel_id: str, shape: Shape, causal: bool = False, gpu: str | None = None) -> dict | None:
