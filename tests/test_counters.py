@@ -147,3 +147,17 @@ def test_the_newest_row_is_the_latest_profiled_not_the_first_gpu_of_the_day(resu
         write_record(_profile([("07_mma", MISSION, _counts(0.30, 1.1))], gpu=gpu,
                               created=f"2026-01-05T{hour}:00:00Z"), results)
     assert counters.row("07_mma", MISSION)["gpu"] == "NVIDIA H200"
+
+
+def test_a_counter_one_run_did_not_collect_is_left_out_of_the_table(results):
+    from attnlab.records.results import write_record
+
+    partial = _counts(0.40, 1.80)
+    del partial["duration"], partial[counters.STALLS["not selected"]]
+    write_record(_profile([("07_mma_even_split", LARGE, _counts(0.48, 1.25)),
+                           ("07_mma_lean_loop", LARGE, partial)]), results)
+    _, rows = counters.issue_rows(["07_mma_even_split", "07_mma_lean_loop"], LARGE)
+    names = [r[0] for r in rows]
+    assert "duration under ncu (base clocks)" not in names and not any("(not selected)" in n for n in names)
+    assert "cycles stalled per instruction: a fixed-latency dependency (an FFMA's result, say) (wait)" in names
+    assert len(rows) == 4 + len(counters.STALLS) - 2

@@ -78,12 +78,15 @@ def issue_rows(kernel_ids, shape: Shape, causal: bool = False) -> tuple[list[str
     if None in rows:
         return None
     header = ["counted by ncu", *(f"`{k}`" for k in kernel_ids)]
-    body = [["duration under ncu (base clocks)", *(fmt_us(r["duration"] / 1e3) for r in rows)],
-            ["instructions issued, all warps", *(f"{r[INSTRUCTIONS]:,.0f}" for r in rows)],
-            ["instructions a scheduler issued per active cycle", *(f"{r[ISSUE]:.2f}" for r in rows)],
-            ["warps resident per SM (of 64)", *(f"{warps(r):.1f}" for r in rows)]]
-    body += [[f"cycles stalled per instruction: {STALL_MEANING[s]} ({s})", *(f"{r[m]:.2f}" for r in rows)]
-             for s, m in STALLS.items()]
+    lines = [("duration under ncu (base clocks)", "duration", lambda v: fmt_us(v / 1e3)),
+             ("instructions issued, all warps", INSTRUCTIONS, lambda v: f"{v:,.0f}"),
+             ("instructions a scheduler issued per active cycle", ISSUE, lambda v: f"{v:.2f}"),
+             ("warps resident per SM (of 64)", "achieved occupancy %", lambda v: f"{v * 64 / 100:.1f}")]
+    lines += [(f"cycles stalled per instruction: {STALL_MEANING[s]} ({s})", m, lambda v: f"{v:.2f}")
+              for s, m in STALLS.items()]
+    # a counter one of the runs did not collect is left out, not shown as missing
+    body = [[name, *(fmt(r[key]) for r in rows)] for name, key, fmt in lines
+            if all(r.get(key) is not None for r in rows)]
     return header, body
 
 
@@ -118,7 +121,7 @@ def latency_paragraph(mission: tuple[str, Shape], large: tuple[str, Shape], slow
     (mk, ms), (lk, ls) = mission, large
     lg = issue_row(lk, ls)
     m = lg and issue_row(mk, ms, gpu=lg["gpu"])  # both from the GPU the sentence names
-    if m is None or lg is None:
+    if m is None or lg is None or None in (lg.get(STALLS["wait"]), lg.get(STALLS["math pipe throttle"])):
         return None
     return (
         f"**Measured.** Nsight Compute on {lg['gpu']} ({lg['date']}): at the mission shape `{mk}`'s schedulers "
