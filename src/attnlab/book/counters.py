@@ -78,14 +78,14 @@ def issue_rows(kernel_ids, shape: Shape, causal: bool = False) -> tuple[list[str
     if None in rows:
         return None
     header = ["counted by ncu", *(f"`{k}`" for k in kernel_ids)]
-    lines = [("duration under ncu (base clocks)", "duration", lambda v: fmt_us(v / 1e3)),
-             ("instructions issued, all warps", INSTRUCTIONS, lambda v: f"{v:,.0f}"),
-             ("instructions a scheduler issued per active cycle", ISSUE, lambda v: f"{v:.2f}"),
-             ("warps resident per SM (of 64)", "achieved occupancy %", lambda v: f"{v * 64 / 100:.1f}")]
-    lines += [(f"cycles stalled per instruction: {STALL_MEANING[s]} ({s})", m, lambda v: f"{v:.2f}")
+    lines = [("duration under ncu (base clocks)", "duration", lambda r: fmt_us(r["duration"] / 1e3)),
+             ("instructions issued, all warps", INSTRUCTIONS, lambda r: f"{r[INSTRUCTIONS]:,.0f}"),
+             ("instructions a scheduler issued per active cycle", ISSUE, lambda r: f"{r[ISSUE]:.2f}"),
+             ("warps resident per SM (of 64)", "achieved occupancy %", lambda r: f"{warps(r):.1f}")]
+    lines += [(f"cycles stalled per instruction: {STALL_MEANING[s]} ({s})", m, lambda r, m=m: f"{r[m]:.2f}")
               for s, m in STALLS.items()]
     # a counter one of the runs did not collect is left out, not shown as missing
-    body = [[name, *(fmt(r[key]) for r in rows)] for name, key, fmt in lines
+    body = [[name, *(show(r) for r in rows)] for name, key, show in lines
             if all(r.get(key) is not None for r in rows)]
     return header, body
 
