@@ -13,6 +13,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _records_judged_afresh():
+    """Each test judges the records itself: a judgment kept by an earlier test (load_records keeps
+    one per process) may rest on a build that test changed in place (monkeypatched flags, a
+    toolchain)."""
+    from attnlab.records.results import forget_judgments
+
+    forget_judgments()
+
+
 @pytest.fixture(scope="session")
 def _template_repository(tmp_path_factory):
     from synthetic import build_template

@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -397,11 +398,51 @@ def _judge(out: Assessed, rec: dict, now: _Now | None) -> None:
 
 def load_records(root: Path | None = None) -> tuple[list[Assessed], list[str]]:
     """Every record under results/, judged, in commit order (oldest first), and the problems of
-    those that cannot be read or are refused."""
+    those that cannot be read or are refused.
+
+    Judging binds every record to its commit and compares code, seconds per call, and a page asks
+    for records many times over. So the judgment is kept for this process, and made again when
+    anything it reads has changed since: a record file (added, removed, rewritten), HEAD, the
+    working tree's kernels/ and src/, or the environment that stamps or places them. The lists are
+    new; the records in them are shared, and never changed by their readers."""
     root = root or results_dir()
+    paths = sorted(root.rglob("*.json"))
     now = _Now()
+    key = (str(root.resolve()), tuple(_file_state(p) for p in paths), _repository_state(now))
+    if key not in _JUDGED:
+        _JUDGED.clear()  # one judgment is all a process reads at a time
+        _JUDGED[key] = _judge_all(paths, now)
+    loaded, problems = _JUDGED[key]
+    return list(loaded), list(problems)
+
+
+# (results folder, its files' states, the repository's state) -> what load_records judged there
+_JUDGED: dict[tuple, tuple[list[Assessed], list[str]]] = {}
+
+
+def forget_judgments() -> None:
+    """Judge every record afresh at the next load_records (a test that changes how kernels build)."""
+    _JUDGED.clear()
+
+
+def _file_state(path: Path) -> tuple:
+    stat = path.stat()
+    return str(path), stat.st_size, stat.st_mtime_ns
+
+
+def _repository_state(now: _Now) -> tuple:
+    """What a judgment reads besides the records: the commit HEAD names (and so its history), the
+    working tree's files, and the variables that place the repository or stamp a copy of it."""
+    from .provenance import digest_files, head
+
+    stamps = tuple(os.environ.get(var) for var in ("ATTNLAB_ROOT", "ATTNLAB_GIT_COMMIT", "ATTNLAB_GIT_TREE",
+                                                    "ATTNLAB_GIT_TIME", "ATTNLAB_GIT_DIRTY"))
+    return head(), digest_files(now.files), stamps
+
+
+def _judge_all(paths: list[Path], now: _Now) -> tuple[list[Assessed], list[str]]:
     loaded, problems = [], []
-    for path in sorted(root.rglob("*.json")):
+    for path in paths:
         try:
             rec = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as exc:
