@@ -87,7 +87,7 @@ def new_test_record(kind, specs, settings=None, gpu=GPU_NAME, created=None, make
 def older(rec: dict) -> dict:
     """Rebind a record to the OLDER commit, with the hashes of that commit's files: what a run at
     that commit would have written."""
-    from attnlab.records.fingerprint import harness_digests, source_digest
+    from attnlab.records.fingerprint import harness_digests, source_digests
     from attnlab.records.provenance import find_commit, repo_root
     from attnlab.kernels.registry import KERNELS
 
@@ -96,7 +96,7 @@ def older(rec: dict) -> dict:
     assert commit is not None, why
     rec["git"] = {"commit": sha, "tree": commit.tree, "dirty": False}
     for kid, meta in rec["kernels"].items():
-        meta["sha256"] = source_digest(KERNELS[kid], commit.read)
+        meta["sha256"] = next(source_digests(KERNELS[kid], commit.read))  # over every header: the first
     rec["harness"] = harness_digests(rec["harness"], commit.read)
     return rec
 

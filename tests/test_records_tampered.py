@@ -267,6 +267,38 @@ def test_a_changed_source_makes_its_records_stale_not_refused(results, scratch_r
     assert fresh_records("bench") == []
 
 
+@pytest.mark.parametrize("header,new_file", [("scalar_notes.cuh", True), ("swizzle.cuh", False)])
+def test_a_header_joining_a_kernel_after_its_record_keeps_it_bound(results, scratch_repository, monkeypatch,
+                                                                  header, new_file):
+    """The record's hash is over the headers its kernel had then: a header the kernel includes
+    later (a new file, or one the repository already held) leaves the record bound to its commit,
+    and fresh where the kernel still compiles to the code the record ran."""
+    write_record(synthetic_record())
+    if new_file:
+        (scratch_repository / "kernels" / header).write_text("// notes for a later step\n#pragma once\n")
+        git(scratch_repository, "add", f"kernels/{header}")
+    _retune(scratch_repository, "kernels/01_scalar.cu", '#include "common.cuh"',
+            f'#include "common.cuh"\n#include "{header}"')
+    spec = registry.KERNELS["01_scalar"]
+    monkeypatch.setitem(registry.KERNELS, "01_scalar", dataclasses.replace(
+        spec, extra_sources=(*spec.extra_sources, header)))
+    item = _only(results)
+    assert item.refused == [] and item.fresh == {"01_scalar"}
+    assert verify().ok
+
+
+def test_a_hash_over_a_header_the_commit_did_not_hold_is_refused(results, scratch_repository):
+    """Leaving later headers out of the hash binds only what the commit held: the source with
+    other contents of its header is no version of it."""
+    from attnlab.kernels.sources import digest_named
+
+    rec = synthetic_record()
+    source = (scratch_repository / "kernels" / "01_scalar.cu").read_bytes()
+    rec["kernels"]["01_scalar"]["sha256"] = digest_named([("01_scalar.cu", source), ("common.cuh", b"// other\n")])
+    write_record(rec)
+    assert any("01_scalar's source hash" in why for why in _refusals(results))
+
+
 def test_a_source_edit_that_compiles_to_the_same_code_keeps_its_records_fresh(results, scratch_repository):
     """A comment, or a new function beside the measured ones, leaves every function the record's
     binary held as it was: the GPU would run the same code."""

@@ -30,7 +30,7 @@ def _hash_files(files: tuple[Path, ...], stamps: tuple) -> str:
 
 def digest_named(named) -> str:
     """sha256 over (file name, contents) pairs in order: the one formula of a kernel's hash, for
-    the working tree's files (kernel_hash) and a commit's (fingerprint.source_digest)."""
+    the working tree's files (kernel_hash) and a commit's (fingerprint.source_digests)."""
     h = hashlib.sha256()
     for name, data in named:
         h.update(name.encode() + b"\0" + data + b"\0")

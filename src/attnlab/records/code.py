@@ -1,6 +1,6 @@
 """Whether a kernel whose source changed since a record still compiles to the code the record ran.
 
-A record's kernel is fingerprinted by its source file and headers (fingerprint.source_digest), and
+A record's kernel is fingerprinted by its source file and headers (fingerprint.source_digests), and
 any edit to them changes that digest: a comment, a new entry beside the measured ones, a switch
 whose other setting only a new step takes. What decides a measured number is narrower: the cubin
 the GPU loaded. So where only compiled files changed, both versions are built here, with one
@@ -43,7 +43,7 @@ _PARAM_CBANK = re.compile(r"(Attribute:\tEIATTR_PARAM_CBANK\n\tFormat:\tEIFMT_SV
 
 
 def source_files(spec) -> list[str]:
-    """The repository paths of `spec`'s source and headers, as fingerprint.source_digest names them."""
+    """The repository paths of `spec`'s source and headers, as fingerprint.source_digests names them."""
     return [posixpath.normpath(f"kernels/{name}") for name in (spec.source, *spec.extra_sources)]
 
 
@@ -164,10 +164,12 @@ def changed_code(spec, arch: str, then: Callable[[str], bytes | None], now: Call
     whatever cannot be compared counts as changed."""
     try:
         rels = source_files(spec)
-        old, new = {r: then(r) for r in rels}, {r: now(r) for r in rels}
-        if any(data is None for data in (*old.values(), *new.values())):
+        # A header the spec names now may be newer than the record: its old build did without it.
+        old = {r: data for r in rels if (data := then(r)) is not None}
+        new = {r: now(r) for r in rels}
+        if rels[0] not in old or any(data is None for data in new.values()):
             return "a source file is missing at one of the two commits"
-        outside = [r for r in rels if old[r] != new[r] and not r.endswith(COMPILED)]
+        outside = [r for r in rels if old.get(r) != new[r] and not r.endswith(COMPILED)]
         if outside:
             return f"{', '.join(outside)} is not compiled, so the binary cannot tell"
         defines = tuple(tuple(d) for d in spec.defines)

@@ -18,6 +18,7 @@ code as it is now, for the record's GPU.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import posixpath
 from typing import Callable
@@ -67,18 +68,22 @@ def harness_digests(modules, read: Callable[[str], bytes | None]) -> dict[str, s
     return out
 
 
-def source_digest(spec, read: Callable[[str], bytes | None]) -> str | None:
-    """The kernel_hash of `spec` over files as `read` gives them (a commit's, say)."""
+def source_digests(spec, read: Callable[[str], bytes | None]):
+    """The kernel_hashes `spec`'s files may have had as `read` gives them (a commit's, say): over its
+    source and every header first, then over its source and fewer of its headers, in their order,
+    since a header may have joined the spec after the commit (a new `#include`). Each digest binds
+    the contents of files that `read` holds; none where the source itself is missing."""
     from ..kernels.sources import digest_named
     from .code import source_files
 
-    named = []
-    for rel in source_files(spec):  # some are outside kernels/ (a runner module)
-        data = read(rel)
-        if data is None:
-            return None
-        named.append((posixpath.basename(rel), data))
-    return digest_named(named)
+    rels = source_files(spec)  # the source first, then its headers
+    data = {rel: read(rel) for rel in rels}
+    if data[rels[0]] is None:
+        return
+    headers = [rel for rel in rels[1:] if data[rel] is not None]
+    for n in range(len(headers), -1, -1):
+        for chosen in itertools.combinations(headers, n):
+            yield digest_named((posixpath.basename(rel), data[rel]) for rel in (rels[0], *chosen))
 
 
 def toolchain_now() -> tuple[str, str]:
