@@ -86,8 +86,12 @@ class Commit:
     def tree(self) -> str:
         return digest_files(dict(self.files))
 
+    @functools.cached_property
+    def _by_path(self) -> dict[str, bytes]:
+        return dict(self.files)
+
     def read(self, rel: str) -> bytes | None:
-        return dict(self.files).get(rel)
+        return self._by_path.get(rel)
 
 
 def _git(root: Path, *args: str, input: bytes | None = None) -> subprocess.CompletedProcess:

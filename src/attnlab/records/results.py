@@ -327,14 +327,14 @@ def _staleness(rec: dict, kid: str, now: _Now, commit=None) -> list[str]:
     if kid not in KERNELS:
         return [f"{kid} is not in the registry"]
     meta, spec, arch = rec["kernels"][kid], KERNELS[kid], arch_of(rec["gpu"])
-    why = []
+    why, launches = [], launches_of(rec, kid)
     built, then = now.build(kid, arch), meta["build"] if isinstance(meta["build"], dict) else {}
     for key in ("backend", "compiler", "flags", "arch", "defines"):
         same = (release(then.get(key, "")) == release(built[key]) if key == "compiler"
                 else then.get(key) == built[key])
         if not same:
             why.append(f"its build's {key} changed ({then.get(key)} then, {built[key]} now)")
-    if meta["launch_sha256"] != launch_digest(get(kid, arch), launches_of(rec, kid), rec["gpu"]["sm_count"]):
+    if meta["launch_sha256"] != launch_digest(get(kid, arch), launches, rec["gpu"]["sm_count"]):
         why.append("its launch geometry changed (grid, block, shared memory, entry or key split)")
     modules = harness_modules(rec["kind"], [spec])
     if runner_module(spec) != meta.get("runner"):
@@ -350,7 +350,6 @@ def _staleness(rec: dict, kid: str, now: _Now, commit=None) -> list[str]:
         # Compiling two versions is worth it only where nothing else already stales the kernel (so
         # its defines are the record's, checked above), built by nvcc as the record's was, and not
         # for a search record, whose configurations were built otherwise.
-        launches = launches_of(rec, kid)
         if why or commit is None or any(config for config, _ in launches) or then.get("backend") != "nvcc":
             why.insert(0, source)
         elif (code := changed_code(built_spec := get(kid, arch), arch, commit.read, now.files.get,
