@@ -87,6 +87,25 @@ def test_prediction_of_the_last_chapter_names_its_bottleneck():
     assert h.kernel == "07_mma@sm_90" and h.time_us < p.time_us
 
 
+def test_freed_shared_memory_and_more_resident_ctas_are_weighed_with_the_same_counts():
+    """launch_occupancy(smem_freed=) is the occupancy rule with that much less shared memory per
+    CTA; predict(resident=) keeps the counts and changes only the CTAs an SM holds at a time, so
+    the latency bound (each warp's stalls over the CTAs held) falls by the ratio and nothing else
+    moves. Step 7.12's four-way split at the mission shape on the L4 takes 34 KB: two CTAs per SM
+    by shared memory, three with 2 KB less."""
+    kid = "07_mma_whole_tile_copy"
+    now = bounds.launch_occupancy(kid, MISSION, L4)
+    assert now.blocks_per_sm == bounds.ctas_per_sm(kid, MISSION, L4) == 2 and now.limiters == ("shared memory",)
+    assert bounds.launch_occupancy(kid, MISSION, L4, smem_freed=2048).blocks_per_sm == 3
+    assert bounds.launch_occupancy(kid, MISSION, L4, smem_freed=1024).blocks_per_sm == 2
+    two, three = (bounds.predict(kid, MISSION, False, "L4", resident=r) for r in (2, 3))
+    assert bounds.predict(kid, MISSION, False, "L4").bounds == two.bounds and three.ctas_per_sm == 3
+    latency = {p.ctas_per_sm: next(b.time_us for b in p.bounds if b.resource == "latency") for p in (two, three)}
+    assert latency[3] == pytest.approx(latency[2] * 2 / 3)
+    assert {b.resource: b.time_us for b in two.bounds if b.resource not in ("latency", "fp32 FMA")} == \
+        {b.resource: b.time_us for b in three.bounds if b.resource not in ("latency", "fp32 FMA")}
+
+
 def test_a_large_launch_is_predicted_from_one_heads_counts_and_says_so():
     small = bounds.predict("07_mma", MISSION, False, "H100 SXM")
     assert small.heads_run is None

@@ -118,13 +118,19 @@ def clock_ghz(gpu: GpuSpec) -> float:
 def ctas_per_sm(kernel: str, shape: Shape, gpu: GpuSpec) -> int:
     """Resident CTAs per SM of the launch at `shape` on `gpu`: ptxas's registers (nvcc, cached), the
     launch's threads and shared memory, by the occupancy rules (gpus.occupancy)."""
+    return launch_occupancy(kernel, shape, gpu).blocks_per_sm
+
+
+def launch_occupancy(kernel: str, shape: Shape, gpu: GpuSpec, smem_freed: int = 0):
+    """gpus.occupancy of the launch at `shape` on `gpu` (what limits it, too); `smem_freed`: with
+    that many bytes less dynamic shared memory per CTA, all else the same (a change to weigh)."""
     from ..kernels.static import inspect_kernel
 
     spec = registry.get(kernel, gpu.arch)
     cfg = spec.launch_config(shape, gpu.sms)
     report = inspect_kernel(spec, gpu.arch)
     regs = next((f.registers for f in report.functions if f.name == cfg["entry"]), 0)
-    return occupancy(gpu.arch, int(np.prod(cfg["block"])), regs, cfg["dynamic_smem"]).blocks_per_sm
+    return occupancy(gpu.arch, int(np.prod(cfg["block"])), regs, cfg["dynamic_smem"] - smem_freed)
 
 
 def _schedule(work: np.ndarray, sms: int) -> np.ndarray:
@@ -287,14 +293,16 @@ def _work_text(resource: str, totals: dict, fma_rate: float, cuda_flops: int, ra
     }[resource]
 
 
-def predict(kernel: str, shape: Shape, causal: bool = False, gpu: str = "L4", t: Trace | None = None) -> Prediction:
+def predict(kernel: str, shape: Shape, causal: bool = False, gpu: str = "L4", t: Trace | None = None,
+            resident: int | None = None) -> Prediction:
     """The predicted time of `kernel` at `shape` on `gpu` (a key of gpus.GPUS), from its counts
-    with that GPU's tiles and launch geometry (traced here, or `t`)."""
+    with that GPU's tiles and launch geometry (traced here, or `t`); `resident`: with that many CTAs
+    per SM instead of the launch's occupancy, the counts the same (what freeing a resource buys)."""
     spec_gpu = by_key(gpu)
     if spec_gpu.arch not in ARCH_RATES or spec_gpu.arch not in SM_LIMITS:
         raise KeyError(f"no rates for {spec_gpu.arch}; the model knows {', '.join(ARCH_RATES)}")
     t = t or counted(kernel, shape, causal, spec_gpu)
-    resident = ctas_per_sm(kernel, shape, spec_gpu)
+    resident = resident or ctas_per_sm(kernel, shape, spec_gpu)
     hybrid = registry.get(kernel).runner == "attnlab.gpu.hybrid:run_cublas_hybrid"
     bounds = bounds_of(t, spec_gpu, resident, dot_products=not hybrid, issue=warp_instructions(t, kernel, spec_gpu))
     extra = []
