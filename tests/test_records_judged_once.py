@@ -72,3 +72,25 @@ def test_another_results_folder_is_judged_on_its_own(results, tmp_path, judged):
     assert len(load_records()[0]) == 1
     assert load_records(tmp_path / "elsewhere") == ([], []) and len(judged) == 1
     assert len(load_records()[0]) == 1
+
+
+def test_one_judgment_asks_git_for_head_once_and_the_next_asks_again(results, scratch_repository, monkeypatch):
+    import attnlab.records.provenance as provenance
+
+    for kernel in ("01_scalar", "02_block_tiling", "04_cublas_hybrid"):
+        write_record(synthetic_record(kernel=kernel))
+    asked = []
+    ask = provenance._git
+
+    def counting(root, *args, **kwargs):
+        asked.append(args[:2])
+        return ask(root, *args, **kwargs)
+
+    monkeypatch.setattr(provenance, "_git", counting)
+    assert len(load_records()[0]) == 3
+    assert asked.count(("rev-parse", "HEAD")) == 1 and asked.count(("rev-parse", "--verify")) == 1
+    git(scratch_repository, "commit", "-q", "--allow-empty", "-m", "later", date="2020-01-03T00:00:00Z")
+    asked.clear()
+    load_records()  # HEAD moved: asked again, and so judged again
+    assert asked.count(("rev-parse", "HEAD")) == 1
+    assert provenance.head() == git(scratch_repository, "rev-parse", "HEAD")  # outside a judgment: git's answer

@@ -22,6 +22,7 @@ kernels/ and src/ hash to its digest, when there is one. It measured exactly tha
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -109,6 +110,10 @@ def _own_history(root: Path) -> bool:
     """True where `root`'s git holds the commit the tree is at. A copy stamped by gpu_prepare.sh
     whose .git lacks the stamped commit (a GPU lease's copy came with the repository as last landed,
     HEAD behind the stamped commit) goes by the stamp, as a copy with no .git does."""
+    return _held(("own history", str(root), os.environ.get("ATTNLAB_GIT_COMMIT")), lambda: _asks_own_history(root))
+
+
+def _asks_own_history(root: Path) -> bool:
     if not has_git(root):
         return False
     stamped = os.environ.get("ATTNLAB_GIT_COMMIT")
@@ -118,8 +123,33 @@ def _own_history(root: Path) -> bool:
 def head(root: Path | None = None) -> str | None:
     root = root or repo_root()
     if _own_history(root):
-        return _git(root, "rev-parse", "HEAD").stdout.decode().strip()
+        return _held(("head", str(root)), lambda: _git(root, "rev-parse", "HEAD").stdout.decode().strip())
     return os.environ.get("ATTNLAB_GIT_COMMIT") or None
+
+
+# What git said while the repository is held still (held_still), or None: asked anew each time.
+_HELD: dict | None = None
+
+
+def _held(key: tuple, ask):
+    if _HELD is None:
+        return ask()
+    if key not in _HELD:
+        _HELD[key] = ask()
+    return _HELD[key]
+
+
+@contextlib.contextmanager
+def held_still():
+    """Within the block, HEAD and whether the history holds the tree's commit are asked of git once
+    per repository: judging every record asks them of each, hundreds of times, and nothing commits
+    in between."""
+    global _HELD
+    outer, _HELD = _HELD, ({} if _HELD is None else _HELD)
+    try:
+        yield
+    finally:
+        _HELD = outer
 
 
 def find_commit(sha: str, root: Path | None = None) -> tuple[Commit | None, str]:

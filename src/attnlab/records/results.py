@@ -404,13 +404,16 @@ def load_records(root: Path | None = None) -> tuple[list[Assessed], list[str]]:
     anything it reads has changed since: a record file (added, removed, rewritten), HEAD, the
     working tree's kernels/ and src/, or the environment that stamps or places them. The lists are
     new; the records in them are shared, and never changed by their readers."""
+    from .provenance import held_still
+
     root = root or results_dir()
     paths = sorted(root.rglob("*.json"))
-    now = _Now()
-    key = (str(root.resolve()), tuple(_file_state(p) for p in paths), _repository_state(now))
-    if key not in _JUDGED:
-        _JUDGED.clear()  # one judgment is all a process reads at a time
-        _JUDGED[key] = _judge_all(paths, now)
+    with held_still():
+        now = _Now()
+        key = (str(root.resolve()), tuple(_file_state(p) for p in paths), _repository_state(now))
+        if key not in _JUDGED:
+            _JUDGED.clear()  # one judgment is all a process reads at a time
+            _JUDGED[key] = _judge_all(paths, now)
     loaded, problems = _JUDGED[key]
     return list(loaded), list(problems)
 
