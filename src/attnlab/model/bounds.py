@@ -124,13 +124,19 @@ def ctas_per_sm(kernel: str, shape: Shape, gpu: GpuSpec) -> int:
 def launch_occupancy(kernel: str, shape: Shape, gpu: GpuSpec, smem_freed: int = 0):
     """gpus.occupancy of the launch at `shape` on `gpu` (what limits it, too); `smem_freed`: with
     that many bytes less dynamic shared memory per CTA, all else the same (a change to weigh)."""
+    cfg = registry.get(kernel, gpu.arch).launch_config(shape, gpu.sms)
+    return occupancy(gpu.arch, int(np.prod(cfg["block"])), launch_registers(kernel, shape, gpu),
+                     cfg["dynamic_smem"] - smem_freed)
+
+
+def launch_registers(kernel: str, shape: Shape, gpu: GpuSpec) -> int:
+    """Registers per thread of the entry the launch at `shape` on `gpu` runs (ptxas, cached; 0 where
+    the build does not list it)."""
     from ..kernels.static import inspect_kernel
 
     spec = registry.get(kernel, gpu.arch)
-    cfg = spec.launch_config(shape, gpu.sms)
-    report = inspect_kernel(spec, gpu.arch)
-    regs = next((f.registers for f in report.functions if f.name == cfg["entry"]), 0)
-    return occupancy(gpu.arch, int(np.prod(cfg["block"])), regs, cfg["dynamic_smem"] - smem_freed)
+    entry = spec.launch_config(shape, gpu.sms)["entry"]
+    return next((f.registers for f in inspect_kernel(spec, gpu.arch).functions if f.name == entry), 0)
 
 
 def _schedule(work: np.ndarray, sms: int) -> np.ndarray:
