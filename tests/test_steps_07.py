@@ -168,6 +168,29 @@ def test_the_climb_measured_holds_each_step_over_the_one_before():
     assert rows[-1][0] == f"7.{n} over 7.{n - 1}" and rows[-1][1] == f"{(100 / n) / (100 / (n - 1)):.2f}x"
 
 
+def test_the_climb_folds_into_parts_that_hold_every_step_once(monkeypatch):
+    """The overview's tables, one per part of the climb: every step in exactly one part, in order,
+    each table under its part's title with its own steps' rows; a part list out of the steps' order
+    is refused rather than shown."""
+    from test_book import CH07_MAX_TABLE_ROWS
+
+    from attnlab.book import climb
+
+    seen = [s.number for _, members in climb.parts() for s in members]
+    assert seen == [s.number for s in STEPS_07]
+    assert all(len(members) <= CH07_MAX_TABLE_ROWS for _, members in climb.parts()), "a part over the page test's rows"
+    rows = [[s.number] for s in STEPS_07[1:]]  # the measured tables: one row per step past the first
+    text = climb.tables_by_part(["step"], STEPS_07[1:], rows)
+    (first_title, first), (second_title, second) = climb.parts()
+    assert text.startswith(f"**{first_title}** (steps {first[0].number}–{first[-1].number})")
+    part_one, part_two = text.split(f"**{second_title}**")
+    assert [f"| {s.number} |" in part_one for s in STEPS_07[1:]] == [s in first for s in STEPS_07[1:]]
+    assert all(f"| {s.number} |" in part_two for s in second)
+    monkeypatch.setattr(climb, "PARTS_07", (("7.7", "late"), ("7.1", "early")))
+    with pytest.raises(ValueError, match="must start at step 7.1"):
+        climb.parts()
+
+
 def test_a_steps_page_shows_its_diff_and_its_code():
     from attnlab.book import climb
 

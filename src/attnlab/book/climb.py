@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..gpus import floor
 from ..kernels import steps as code
-from ..kernels.registry import STEPS_07
+from ..kernels.registry import PARTS_07, STEPS_07, Step
 from ..shapes import CH07_TARGET_SHAPES, MISSION, Shape
 from . import measured
 from .predicted import _without_executor, predictions
@@ -97,6 +97,30 @@ def measured_or(text: str | None, without: str) -> str:
     return text if text is not None else f"**Not measured here.** {without}"
 
 
+def parts() -> list[tuple[str, tuple[Step, ...]]]:
+    """The climb in its parts (the registry's PARTS_07): each part's title and its steps, in order."""
+    numbers = [s.number for s in STEPS_07]
+    starts = [numbers.index(first) for first, _ in PARTS_07]
+    if starts[0] != 0 or starts != sorted(starts):
+        raise ValueError(f"PARTS_07 must start at step {numbers[0]} and follow the steps' order: {PARTS_07}")
+    ends = [*starts[1:], len(STEPS_07)]
+    return [(title, STEPS_07[a:b]) for (_, title), a, b in zip(PARTS_07, starts, ends, strict=True)]
+
+
+def tables_by_part(header: list[str], steps, rows: list[list]) -> str:
+    """`rows`, one per step of `steps`, as one Markdown table per part of the climb that holds any
+    of them, each under its part's title: no table grows with every step."""
+    from .page import md_table_text
+
+    by_step = dict(zip((s.number for s in steps), rows, strict=True))
+    out = []
+    for title, members in parts():
+        mine = [by_step[s.number] for s in members if s.number in by_step]
+        if mine:
+            out.append(f"**{title}** (steps {members[0].number}–{members[-1].number})\n\n" + md_table_text(header, mine))
+    return "\n\n".join(out)
+
+
 def climb_rows(traces: dict, preds: dict) -> tuple[list[str], list[list]]:
     """The climb at a glance: per step, what it adds, what the executor counted of its launch at
     the mission shape (block barriers met per warp, extra bank wavefronts) and the model's
@@ -116,12 +140,13 @@ def climb_rows(traces: dict, preds: dict) -> tuple[list[str], list[list]]:
 def climb_table() -> None:
     """Show the climb at a glance (counted and predicted at the mission shape; no time measured)."""
     from ..executor.trace import trace
-    from .page import md_table
+    from .page import md
 
     traces = {kid: trace(kid, MISSION, False) for kid in STEP_IDS}
     print(f"Counted on the CPU executor at {MISSION.label()} (every CTA; counts, never times), and predicted "
           "from those counts by the book's time model (predictions, not measurements):")
-    md_table(*climb_rows(traces, {kid: predictions(kid) for kid in STEP_IDS}))
+    header, rows = climb_rows(traces, {kid: predictions(kid) for kid in STEP_IDS})
+    md(tables_by_part(header, STEPS_07, rows))
 
 
 def climb_figure():
@@ -186,7 +211,7 @@ def glue_climb_measured(timings: Timings) -> None:
     (attnlab.book.counters); the measured ratios alone where the model does not know the GPU;
     without a record, the sentence that says where they will be."""
     from . import counters
-    from .page import glue_md, md_table_text
+    from .page import glue_md
 
     if timings.label is None:
         glue_md("ch07_why_missed", None)
@@ -195,16 +220,17 @@ def glue_climb_measured(timings: Timings) -> None:
         return
     checked = prediction_rows(timings)
     if checked is None:
+        header, rows = climb_measured_rows(timings)
         glue_md("ch07_why_missed", None)
         glue_md("ch07_climb_measured", f"**Measured.** On {timings.label}, each step's time over the step before's, "
                                        "in the same run (below 1: the step made the kernel faster):\n\n"
-                                       + md_table_text(*climb_measured_rows(timings)))
+                                       + tables_by_part(header, STEPS_07[1:], rows))
         return
     header, rows, _, slower = checked
     glue_md("ch07_climb_measured", f"**Measured.** On {timings.label}, each step's time over the step before's, in "
                                    f"the same run (below 1: the step made the kernel faster), after the model's "
                                    f"ratio for that GPU; a measurement in bold missed the prediction by more than "
-                                   f"{MISS:.0%}:\n\n" + md_table_text(header, rows))
+                                   f"{MISS:.0%}:\n\n" + tables_by_part(header, STEPS_07[1:], rows))
     large = TARGET_SHAPES[1]  # (4, 16, 4096, 64): the latest step a GPU session profiled there
     profiled = next((k for k in reversed(STEP_IDS) if counters.has_issue(k, large)), None)
     glue_md("ch07_why_missed", profiled and counters.latency_paragraph(("07_mma", MISSION), (profiled, large), slower))

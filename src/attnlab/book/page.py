@@ -76,11 +76,16 @@ def md_table_text(header: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
-def md_table(header: list[str], rows: list[list]) -> None:
-    """Show a Markdown table (md_table_text) as a cell's output."""
+def md(text: str) -> None:
+    """Show Markdown text as a cell's output."""
     from IPython.display import Markdown, display
 
-    display(Markdown(md_table_text(header, rows)))
+    display(Markdown(text))
+
+
+def md_table(header: list[str], rows: list[list]) -> None:
+    """Show a Markdown table (md_table_text) as a cell's output."""
+    md(md_table_text(header, rows))
 
 
 # --- the machine -----------------------------------------------------------------------------

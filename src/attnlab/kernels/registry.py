@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..gpus import L4_MAX_SMEM_PER_BLOCK  # noqa: F401 (read from here)
 from .chapters import (ch01_scalar, ch02_block_tiling, ch03_warp_reductions,  # noqa: F401
                        ch04_cublas_hybrid, ch05_wmma, ch06_warp_specialized, ch07_mma)
-from .chapters.ch07_mma import (COMBINE_THREADS, SPLIT_EFFICIENCY, SPLIT_FILL, STEPS_07,  # noqa: F401
+from .chapters.ch07_mma import (COMBINE_THREADS, PARTS_07, SPLIT_EFFICIENCY, SPLIT_FILL, STEPS_07,  # noqa: F401
                                 Step, choose_kv_split, cta_split_candidates)
 from .spec import (DEFAULT_SMEM_LIMIT, KERNELS, KernelSpec, Knob, Tuning, by_label, cdiv, get,  # noqa: F401
                    register, select)

@@ -583,6 +583,13 @@ STEPS_07: tuple[Step, ...] = (
     Step("7.11", "07_mma_lean_loop", "Less scalar work per key tile", "ch07_11_lean_loop"),
     Step("7.12", "07_mma_whole_tile_copy", "The whole-tile copy without the vote", "ch07_12_whole_tile_copy"),
 )
+# The climb's parts, each named by the step it starts at: steps 7.1-7.6 build FlashAttention-2's
+# schedule on mma.sync (and its key split); from step 7.7 on, the steps go past it. The overview's
+# tables show one part each, so that none grows with every step.
+PARTS_07: tuple[tuple[str, str], ...] = (
+    ("7.1", "FlashAttention-2's schedule on mma.sync"),
+    ("7.7", "Past FlashAttention-2's schedule"),
+)
 
 
 # FlashAttention-2's route to a full GPU, for comparison: the keys split across CTAs (grid z), fp32
