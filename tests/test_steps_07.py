@@ -191,6 +191,43 @@ def test_the_climb_folds_into_parts_that_hold_every_step_once(monkeypatch):
         climb.parts()
 
 
+def _at_ratios(ratios: dict[str, float], failed: tuple[str, int] | None = None):
+    """A synthetic record at chapter 7's target cases where each kernel runs `ratio` times as fast
+    as the run's flash backend (its fastest); `failed`: (kernel, target index) whose check failed."""
+    from attnlab.book import climb
+
+    rec = _timed({kid: 1.0 for kid in ratios})
+    for case in rec["cases"]:
+        i = next(i for i, (s, c, _, _) in enumerate(climb.TARGETS) if list(s) == case["shape"] and c == case["causal"])
+        for kid, x in ratios.items():
+            case["kernels"][kid]["device"]["median_us"] = case["sdpa"]["flash"]["median_us"] / x
+            if failed == (kid, i):
+                case["kernels"][kid]["check"]["passed"] = False
+    return rec
+
+
+def test_the_chapters_kernel_is_the_step_that_met_the_most_goals():
+    """Goals judged per step from one record: a ratio at or over the goal meets it (in bold), a
+    failed check meets none; the best step met the most goals, and of those ran fastest over
+    the cases; a step the record does not time is shown as not timed and never chosen."""
+    from attnlab.book import climb
+
+    ratios = {"07_mma": 1.2, "07_mma_even_split": 3.0, "07_mma_lean_loop": 1.6, "07_mma_whole_tile_copy": 1.7}
+    timings = climb.Timings(_at_ratios(ratios, failed=("07_mma_even_split", 0)))
+    assert climb.goals_met(timings, "07_mma") == [False, False, True, True, True, True]
+    assert climb.goals_met(timings, "07_mma_even_split") == [False] + [True] * 5, "a failed check meets no goal"
+    assert climb.goals_met(timings, "07_mma_plain") is None
+    assert climb.best_step(timings).kernel_id == "07_mma_whole_tile_copy", "6 of 6 and faster than step 7.11"
+    header, rows = climb.goal_rows(timings)
+    assert len(header) == 2 + len(climb.TARGETS) and len(rows) == len(STEPS_07)
+    by_kid = {r[0].split("`")[1]: r for r in rows}
+    assert by_kid["07_mma"][1:] == ["1.20x", "1.20x", "**1.20x**", "**1.20x**", "**1.20x**", "**1.20x**", "4 of 6"]
+    assert by_kid["07_mma_even_split"][1] == "failed its check" and by_kid["07_mma_even_split"][-1] == "5 of 6"
+    assert set(by_kid["07_mma_plain"][1:]) == {climb.MISSING}
+    assert climb.best_step(climb.Timings(_at_ratios({"07_mma": 1.2}))).kernel_id == "07_mma"
+    assert climb.best_step(climb.Timings(None)) is None
+
+
 def test_a_steps_page_shows_its_diff_and_its_code():
     from attnlab.book import climb
 

@@ -51,6 +51,11 @@ def diff_block(number: str) -> str:
             f"`kernels/07_mma_swizzle.cu` with each step's switches:\n\n```diff\n{diff}```")
 
 
+def dropdown(title: str, body: str) -> str:
+    """`body` (MyST) in a dropdown headed `title`: detail a reader opens, off the page's length."""
+    return f"::::{{dropdown}} {title}\n{body}\n::::"
+
+
 def code_dropdown(number: str) -> str:
     """The step's whole kernel, as the compiler sees it with the step's switches, in a dropdown."""
     s = code.step_of(number)
@@ -167,6 +172,65 @@ def climb_measured_rows(timings: Timings) -> tuple[list[str], list[list]]:
     return header, rows
 
 
+def goal_ratio(row: dict | None, base: str) -> float | None:
+    """A timed row's ratio toward a goal on `base` (above 1: faster than that SDPA backend): to the
+    fastest backend of the run, or to flash; None where the row is missing, failed its check or
+    the run has no flash time."""
+    if row is None or row["median_us"] is None:  # report_rows gives a failed check no time
+        return None
+    if base == "fastest":
+        return row["speedup_vs_sdpa"]
+    return row["sdpa_flash_us"] / row["median_us"] if row["sdpa_flash_us"] else None
+
+
+def goals_met(timings: Timings, kid: str) -> list[bool] | None:
+    """Per target (TARGETS, in order), whether `kid` met its goal in the record; None where the
+    record does not time it at every target case."""
+    rows = [timings.row(kid, s, c) for s, c, _, _ in TARGETS]
+    if any(r is None for r in rows):
+        return None
+    return [(x := goal_ratio(r, base)) is not None and x >= factor
+            for r, (_, _, base, factor) in zip(rows, TARGETS, strict=True)]
+
+
+def _geomean_us(timings: Timings, kid: str) -> float:
+    import math
+
+    times = [timings.row(kid, s, c)["median_us"] for s, c, _, _ in TARGETS]
+    return math.exp(sum(math.log(t) for t in times) / len(times)) if all(times) else math.inf
+
+
+def best_step(timings: Timings) -> Step | None:
+    """The step the record judges best: of the steps it times at every target case, the one that
+    met the most goals, then the least geometric mean of its times over the cases; None without
+    a record that times any step so."""
+    timed = [s for s in STEPS_07 if goals_met(timings, s.kernel_id) is not None]
+    if not timed:
+        return None
+    return min(timed, key=lambda s: (-sum(goals_met(timings, s.kernel_id)), _geomean_us(timings, s.kernel_id)))
+
+
+def goal_rows(timings: Timings) -> tuple[list[str], list[list]]:
+    """Per step, its ratio toward each goal in the record (headed by the target case; the goals are
+    GOALS), in bold where it met the goal, and how many it met (MISSING where the record does not
+    time the step at every target case)."""
+    header = ["step", *(case_name(s, c) for s, c, _, _ in TARGETS), "met"]
+    rows = []
+    for step in STEPS_07:
+        met = goals_met(timings, step.kernel_id)
+        if met is None:
+            rows.append([f"{step.number} `{step.kernel_id}`", *[MISSING] * len(TARGETS), MISSING])
+            continue
+        cells = []
+        for (s, c, base, _), ok in zip(TARGETS, met, strict=True):
+            x = goal_ratio(timings.row(step.kernel_id, s, c), base)
+            text = "failed its check" if x is None and not timings.row(step.kernel_id, s, c)["check_passed"] \
+                else ("no flash" if x is None else f"{x:.2f}x")
+            cells.append(f"**{text}**" if ok else text)
+        rows.append([f"{step.number} `{step.kernel_id}`", *cells, f"{sum(met)} of {len(met)}"])
+    return header, rows
+
+
 # A step's measured ratio (its time over the step before's) that differs from the predicted one by
 # more than this is a miss: two runs of one record's kernels agree to about 1 %.
 MISS = 0.05
@@ -224,13 +288,17 @@ def glue_climb_measured(timings: Timings) -> None:
         glue_md("ch07_why_missed", None)
         glue_md("ch07_climb_measured", f"**Measured.** On {timings.label}, each step's time over the step before's, "
                                        "in the same run (below 1: the step made the kernel faster):\n\n"
-                                       + tables_by_part(header, STEPS_07[1:], rows))
+                                       + dropdown("Each step's time over the step before's",
+                                                  tables_by_part(header, STEPS_07[1:], rows)))
         return
-    header, rows, _, slower = checked
+    header, rows, misses, slower = checked
+    timed = sum(MISSING not in cell for row in rows for cell in row[1:])
     glue_md("ch07_climb_measured", f"**Measured.** On {timings.label}, each step's time over the step before's, in "
-                                   f"the same run (below 1: the step made the kernel faster), after the model's "
-                                   f"ratio for that GPU; a measurement in bold missed the prediction by more than "
-                                   f"{MISS:.0%}:\n\n" + tables_by_part(header, STEPS_07[1:], rows))
+                                   f"the same run, against the model's ratio for that GPU: {len(misses)} of the "
+                                   f"{timed} ratios the record holds missed the prediction by more than {MISS:.0%}."
+                                   "\n\n" + dropdown("Each step's time over the step before's, predicted / measured",
+                                   "Below 1: the step made the kernel faster; a measurement in bold missed the "
+                                   "prediction.\n\n" + tables_by_part(header, STEPS_07[1:], rows)))
     large = TARGET_SHAPES[1]  # (4, 16, 4096, 64): the latest step a GPU session profiled there
     profiled = next((k for k in reversed(STEP_IDS) if counters.has_issue(k, large)), None)
     glue_md("ch07_why_missed", profiled and counters.latency_paragraph(("07_mma", MISSION), (profiled, large), slower))
