@@ -287,6 +287,29 @@ def test_a_header_joining_a_kernel_after_its_record_keeps_it_bound(results, scra
     assert verify().ok
 
 
+@pytest.mark.parametrize("deleted", [False, True])
+def test_a_header_leaving_a_kernel_after_its_record_keeps_it_bound(results, scratch_repository, monkeypatch,
+                                                                  deleted):
+    """The record's hash is over a header the kernel no longer includes (its spec no longer names
+    it; the file kept or deleted): the commit's source still includes it, so the record stays bound
+    to its commit, and fresh where the kernel compiles to the code the record ran."""
+    repo, header = scratch_repository, "scalar_notes.cuh"
+    (repo / "kernels" / header).write_text("// notes for this step\n#pragma once\n")
+    git(repo, "add", f"kernels/{header}")
+    _retune(repo, "kernels/01_scalar.cu", '#include "common.cuh"', f'#include "common.cuh"\n#include "{header}"')
+    spec = registry.KERNELS["01_scalar"]
+    monkeypatch.setitem(registry.KERNELS, "01_scalar", dataclasses.replace(
+        spec, extra_sources=(*spec.extra_sources, header)))
+    write_record(synthetic_record())
+    monkeypatch.setitem(registry.KERNELS, "01_scalar", spec)
+    if deleted:
+        git(repo, "rm", "-q", f"kernels/{header}")
+    _retune(repo, "kernels/01_scalar.cu", f'\n#include "{header}"', "")
+    item = _only(results)
+    assert item.refused == [] and item.fresh == {"01_scalar"}
+    assert verify().ok
+
+
 def test_a_hash_over_a_header_the_commit_did_not_hold_is_refused(results, scratch_repository):
     """Leaving later headers out of the hash binds only what the commit held: the source with
     other contents of its header is no version of it."""

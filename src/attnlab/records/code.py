@@ -47,6 +47,16 @@ def source_files(spec) -> list[str]:
     return [posixpath.normpath(f"kernels/{name}") for name in (spec.source, *spec.extra_sources)]
 
 
+_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"', re.M)
+
+
+def included_headers(source: bytes) -> list[str]:
+    """The repository paths of the headers a kernel source `#include`s by quoted name (beside it,
+    under kernels/), in their order: what a commit's version of it compiled with, whether or not
+    the spec names them now."""
+    return list(dict.fromkeys(posixpath.normpath(f"kernels/{m.decode()}") for m in _INCLUDE.findall(source)))
+
+
 def _blocks(text: str, header: re.Pattern, indented: bool = False) -> dict[str, str]:
     """A listing split at the lines `header` matches, by the name it captures; `indented`: a block
     ends at its first line that does not start with a tab (cuobjdump -elf's decoded sections)."""
@@ -166,6 +176,10 @@ def changed_code(spec, arch: str, then: Callable[[str], bytes | None], now: Call
         rels = source_files(spec)
         # A header the spec names now may be newer than the record: its old build did without it.
         old = {r: data for r in rels if (data := then(r)) is not None}
+        # And one the spec no longer names may be older: the old source still includes it.
+        for r in included_headers(old.get(rels[0], b"")):
+            if r not in old and (data := then(r)) is not None:
+                old[r] = data
         new = {r: now(r) for r in rels}
         if rels[0] not in old or any(data is None for data in new.values()):
             return "a source file is missing at one of the two commits"

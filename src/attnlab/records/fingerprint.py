@@ -71,16 +71,21 @@ def harness_digests(modules, read: Callable[[str], bytes | None]) -> dict[str, s
 def source_digests(spec, read: Callable[[str], bytes | None]):
     """The kernel_hashes `spec`'s files may have had as `read` gives them (a commit's, say): over its
     source and every header first, then over its source and fewer of its headers, in their order,
-    since a header may have joined the spec after the commit (a new `#include`). Each digest binds
-    the contents of files that `read` holds; none where the source itself is missing."""
+    since a header may have joined the spec after the commit (a new `#include`). The headers are the
+    spec's and, after them, any the source `read` gives includes that the spec no longer names (an
+    `#include` removed since). Each digest binds the contents of files that `read` holds; none where
+    the source itself is missing."""
     from ..kernels.sources import digest_named
-    from .code import source_files
+    from .code import included_headers, source_files
 
     rels = source_files(spec)  # the source first, then its headers
     data = {rel: read(rel) for rel in rels}
     if data[rels[0]] is None:
         return
-    headers = [rel for rel in rels[1:] if data[rel] is not None]
+    for rel in included_headers(data[rels[0]]):
+        if rel not in data:
+            data[rel] = read(rel)
+    headers = [rel for rel in list(data)[1:] if data[rel] is not None]
     for n in range(len(headers), -1, -1):
         for chosen in itertools.combinations(headers, n):
             yield digest_named((posixpath.basename(rel), data[rel]) for rel in (rels[0], *chosen))
