@@ -128,7 +128,7 @@ def tables_by_part(header: list[str], steps, rows: list[list]) -> str:
 
 def climb_rows(traces: dict, preds: dict) -> tuple[list[str], list[list]]:
     """The climb at a glance: per step, what it adds, what the executor counted of its launch at
-    the mission shape (block barriers met per warp, extra bank wavefronts) and the model's
+    the mission shape (block barriers met, summed over warps; extra bank wavefronts) and the model's
     prediction from those counts on each GPU it predicts for."""
     gpus = list(next(iter(preds.values())))
     header = ["step", "adds", "block barriers met, all warps", "extra wavefronts", *(f"{g}, predicted" for g in gpus)]
@@ -201,10 +201,11 @@ def _geomean_us(timings: Timings, kid: str) -> float:
 
 
 def best_step(timings: Timings) -> Step | None:
-    """The step the record judges best: of the steps it times at every target case, the one that
-    met the most goals, then the least geometric mean of its times over the cases; None without
-    a record that times any step so."""
-    timed = [s for s in STEPS_07 if goals_met(timings, s.kernel_id) is not None]
+    """The step the record judges best: of the steps it times at every target case with every check
+    passed (a failed check is no result), the one that met the most goals, then the least geometric
+    mean of its times over the cases; None without a record that times any step so."""
+    timed = [s for s in STEPS_07 if goals_met(timings, s.kernel_id) is not None
+             and all(timings.row(s.kernel_id, sh, c)["check_passed"] for sh, c, _, _ in TARGETS)]
     if not timed:
         return None
     return min(timed, key=lambda s: (-sum(goals_met(timings, s.kernel_id)), _geomean_us(timings, s.kernel_id)))
