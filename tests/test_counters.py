@@ -39,7 +39,7 @@ def test_nothing_is_said_without_a_profile_record(results):
     assert counters.row("07_mma", MISSION) is None and not counters.has_issue("07_mma", MISSION)
     assert counters.issue_rows(["07_mma_even_split", "07_mma_lean_loop"], LARGE) is None
     assert counters.occupancy_rows(["07_mma"], MISSION) == []
-    assert counters.latency_paragraph(("07_mma", MISSION), ("07_mma_lean_loop", LARGE), (1, 2)) is None
+    assert counters.latency_paragraph(("07_mma", MISSION), ("07_mma_lean_loop", LARGE), (1, 2), "NVIDIA L4") is None
     assert predicted.versus("07_mma") == []
 
 
@@ -56,10 +56,10 @@ def test_the_counters_table_and_the_latency_paragraph_read_the_record(results):
     assert got["instructions issued, all warps"] == ["400,000,000", "300,000,000"]
     assert got["warps resident per SM (of 64)"] == ["8.0", "8.0"]
     assert [v for k, v in got.items() if "(wait)" in k] == [["1.25", "1.80"]]
-    text = counters.latency_paragraph(("07_mma", MISSION), ("07_mma_lean_loop", LARGE), (9, 10))
+    text = counters.latency_paragraph(("07_mma", MISSION), ("07_mma_lean_loop", LARGE), (9, 10), "NVIDIA H200")
     assert text.startswith("**Measured.** Nsight Compute on NVIDIA L4 (2026-01-05)")
     assert "issued 0.30 instructions per active cycle" in text and "holding a warp 72%" in text
-    assert "idle 60% of its active cycles" in text and "9 of the 10 step times" in text
+    assert "idle 60% of its active cycles" in text and "9 of the 10 step times the NVIDIA H200 record holds" in text
     # a kernel profiled without the issue counters has no table, and says nothing of issue
     assert counters.issue_rows(["07_mma", "07_mma_nosplit"], MISSION) is None
 
@@ -134,7 +134,7 @@ def test_counters_are_read_from_the_gpu_they_are_set_beside(results):
     # the L4 profiles one step at the large shape: a table of both steps has no GPU with both
     write_record(_profile([("07_mma_lean_loop", LARGE, _counts(0.40, 1.80))]), results)
     assert counters.issue_rows(["07_mma_even_split", "07_mma_lean_loop"], LARGE) is None
-    assert counters.latency_paragraph(("07_mma", MISSION), ("07_mma_lean_loop", LARGE), (1, 2)) is None
+    assert counters.latency_paragraph(("07_mma", MISSION), ("07_mma_lean_loop", LARGE), (1, 2), "NVIDIA L4") is None
     write_record(_profile([("01_scalar", MISSION, {"SMs active %": 50.0, "achieved occupancy %": 6.25})]), results)
     [why] = predicted.versus("01_scalar")
     assert "NVIDIA L4" in why.split("Nsight Compute counted")[1] and "SMs idle 50%" in why

@@ -302,4 +302,5 @@ def glue_climb_measured(timings: Timings) -> None:
                                    "prediction.\n\n" + tables_by_part(header, STEPS_07[1:], rows)))
     large = TARGET_SHAPES[1]  # (4, 16, 4096, 64): the latest step a GPU session profiled there
     profiled = next((k for k in reversed(STEP_IDS) if counters.has_issue(k, large)), None)
-    glue_md("ch07_why_missed", profiled and counters.latency_paragraph(("07_mma", MISSION), (profiled, large), slower))
+    glue_md("ch07_why_missed", profiled and counters.latency_paragraph(("07_mma", MISSION), (profiled, large), slower,
+                                                                        timings.rec["gpu"]["name"]))

@@ -113,11 +113,12 @@ def label(kernel_id: str, shape: Shape, causal: bool = False, gpu: str | None = 
     return f"{r['gpu']}, {r['date']}" if r else None
 
 
-def latency_paragraph(mission: tuple[str, Shape], large: tuple[str, Shape], slower: tuple[int, int]) -> str | None:
+def latency_paragraph(mission: tuple[str, Shape], large: tuple[str, Shape], slower: tuple[int, int],
+                      timed_on: str) -> str | None:
     """Why chapter 7's steps missed their predictions, from the ncu counters of the last step's
     kernel at the mission shape and of a step at a large shape; `slower` is how many of how many
-    step times the record holds ran slower than predicted. None unless both rows hold the issue
-    counters."""
+    step times the bench record of GPU `timed_on` holds ran slower than predicted (named, since the
+    profiles may be another GPU's). None unless both rows hold the issue counters."""
     (mk, ms), (lk, ls) = mission, large
     lg = issue_row(lk, ls)
     m = lg and issue_row(mk, ms, gpu=lg["gpu"])  # both from the GPU the sentence names
@@ -131,7 +132,7 @@ def latency_paragraph(mission: tuple[str, Shape], large: tuple[str, Shape], slow
         f"dependency and {lg[STALLS['math pipe throttle']]:.2f} on a busy math pipe. The model takes the issue "
         f"slots and each warp's fixed waits as separate bounds, the larger winning; with two warps a scheduler, "
         f"the warps also wait on each other, on the math pipes and on the fragment loads, and leave it idle "
-        f"{1 - lg[ISSUE]:.0%} of its active cycles. That is why {slower[0]} of the {slower[1]} step times ran "
-        f"slower than predicted, why a step that removed work from the resource the model found binding gained "
-        f"less than predicted, and why one that hides a wait the model does not weigh gained where it predicted "
-        f"a tie.")
+        f"{1 - lg[ISSUE]:.0%} of its active cycles. That is why {slower[0]} of the {slower[1]} step times the "
+        f"{timed_on} record holds ran slower than predicted, why a step that removed work from the resource the "
+        f"model found binding gained less than predicted, and why one that hides a wait the model does not weigh "
+        f"gained where it predicted none.")
