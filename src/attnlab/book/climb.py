@@ -59,8 +59,8 @@ def dropdown(title: str, body: str) -> str:
 def code_dropdown(number: str) -> str:
     """The step's whole kernel, as the compiler sees it with the step's switches, in a dropdown."""
     s = code.step_of(number)
-    return (f"::::{{dropdown}} The kernel of step {s.number} (`{s.kernel_id}`), with its switches applied\n"
-            f"```cuda\n{code.step_source(s)}```\n::::")
+    return dropdown(f"The kernel of step {s.number} (`{s.kernel_id}`), with its switches applied",
+                    f"```cuda\n{code.step_source(s)}```")
 
 
 class Timings:
@@ -183,14 +183,22 @@ def goal_ratio(row: dict | None, base: str) -> float | None:
     return row["sdpa_flash_us"] / row["median_us"] if row["sdpa_flash_us"] else None
 
 
-def goals_met(timings: Timings, kid: str) -> list[bool] | None:
-    """Per target (TARGETS, in order), whether `kid` met its goal in the record; None where the
-    record does not time it at every target case."""
+def goal_ratios(timings: Timings, kid: str) -> list[float | None] | None:
+    """Per target (TARGETS, in order), `kid`'s goal_ratio in the record; None where the record does
+    not time it at every target case."""
     rows = [timings.row(kid, s, c) for s, c, _, _ in TARGETS]
     if any(r is None for r in rows):
         return None
-    return [(x := goal_ratio(r, base)) is not None and x >= factor
-            for r, (_, _, base, factor) in zip(rows, TARGETS, strict=True)]
+    return [goal_ratio(r, base) for r, (_, _, base, _) in zip(rows, TARGETS, strict=True)]
+
+
+def goals_met(timings: Timings, kid: str) -> list[bool] | None:
+    """Per target (TARGETS, in order), whether `kid` met its goal in the record; None where the
+    record does not time it at every target case."""
+    ratios = goal_ratios(timings, kid)
+    if ratios is None:
+        return None
+    return [x is not None and x >= factor for x, (_, _, _, factor) in zip(ratios, TARGETS, strict=True)]
 
 
 def _geomean_us(timings: Timings, kid: str) -> float:
@@ -204,11 +212,11 @@ def best_step(timings: Timings) -> Step | None:
     """The step the record judges best: of the steps it times at every target case with every check
     passed (a failed check is no result), the one that met the most goals, then the least geometric
     mean of its times over the cases; None without a record that times any step so."""
-    timed = [s for s in STEPS_07 if goals_met(timings, s.kernel_id) is not None
-             and all(timings.row(s.kernel_id, sh, c)["check_passed"] for sh, c, _, _ in TARGETS)]
-    if not timed:
+    met = {s: m for s in STEPS_07 if (m := goals_met(timings, s.kernel_id)) is not None
+           and all(timings.row(s.kernel_id, sh, c)["check_passed"] for sh, c, _, _ in TARGETS)}
+    if not met:
         return None
-    return min(timed, key=lambda s: (-sum(goals_met(timings, s.kernel_id)), _geomean_us(timings, s.kernel_id)))
+    return min(met, key=lambda s: (-sum(met[s]), _geomean_us(timings, s.kernel_id)))
 
 
 def goal_rows(timings: Timings) -> tuple[list[str], list[list]]:
@@ -218,13 +226,12 @@ def goal_rows(timings: Timings) -> tuple[list[str], list[list]]:
     header = ["step", *(case_name(s, c) for s, c, _, _ in TARGETS), "met"]
     rows = []
     for step in STEPS_07:
-        met = goals_met(timings, step.kernel_id)
+        ratios, met = goal_ratios(timings, step.kernel_id), goals_met(timings, step.kernel_id)
         if met is None:
             rows.append([f"{step.number} `{step.kernel_id}`", *[MISSING] * len(TARGETS), MISSING])
             continue
         cells = []
-        for (s, c, base, _), ok in zip(TARGETS, met, strict=True):
-            x = goal_ratio(timings.row(step.kernel_id, s, c), base)
+        for (s, c, _, _), x, ok in zip(TARGETS, ratios, met, strict=True):
             text = "failed its check" if x is None and not timings.row(step.kernel_id, s, c)["check_passed"] \
                 else ("no flash" if x is None else f"{x:.2f}x")
             cells.append(f"**{text}**" if ok else text)
