@@ -57,6 +57,18 @@ def included_headers(source: bytes) -> list[str]:
     return list(dict.fromkeys(posixpath.normpath(f"kernels/{m.decode()}") for m in _INCLUDE.findall(source)))
 
 
+def files_of(spec, read: Callable[[str], bytes | None]) -> dict[str, bytes | None]:
+    """Repository path -> contents as `read` gives them (None: not there) of `spec`'s source and
+    headers (source_files), then of any header that source includes and the spec no longer names
+    (an `#include` removed since): the files a commit's version of the kernel compiled with."""
+    rels = source_files(spec)
+    files = {rel: read(rel) for rel in rels}
+    for rel in included_headers(files[rels[0]] or b""):
+        if rel not in files:
+            files[rel] = read(rel)
+    return files
+
+
 def _blocks(text: str, header: re.Pattern, indented: bool = False) -> dict[str, str]:
     """A listing split at the lines `header` matches, by the name it captures; `indented`: a block
     ends at its first line that does not start with a tab (cuobjdump -elf's decoded sections)."""
@@ -174,12 +186,9 @@ def changed_code(spec, arch: str, then: Callable[[str], bytes | None], now: Call
     whatever cannot be compared counts as changed."""
     try:
         rels = source_files(spec)
-        # A header the spec names now may be newer than the record: its old build did without it.
-        old = {r: data for r in rels if (data := then(r)) is not None}
-        # And one the spec no longer names may be older: the old source still includes it.
-        for r in included_headers(old.get(rels[0], b"")):
-            if r not in old and (data := then(r)) is not None:
-                old[r] = data
+        # A header the spec names now may be newer than the record: its old build did without it;
+        # one the spec no longer names may be older: the old source still includes it (files_of).
+        old = {r: data for r, data in files_of(spec, then).items() if data is not None}
         new = {r: now(r) for r in rels}
         if rels[0] not in old or any(data is None for data in new.values()):
             return "a source file is missing at one of the two commits"

@@ -76,19 +76,16 @@ def source_digests(spec, read: Callable[[str], bytes | None]):
     `#include` removed since). Each digest binds the contents of files that `read` holds; none where
     the source itself is missing."""
     from ..kernels.sources import digest_named
-    from .code import included_headers, source_files
+    from .code import files_of
 
-    rels = source_files(spec)  # the source first, then its headers
-    data = {rel: read(rel) for rel in rels}
-    if data[rels[0]] is None:
+    data = files_of(spec, read)  # the source first, then its headers
+    source, *rels = data
+    if data[source] is None:
         return
-    for rel in included_headers(data[rels[0]]):
-        if rel not in data:
-            data[rel] = read(rel)
-    headers = [rel for rel in list(data)[1:] if data[rel] is not None]
+    headers = [rel for rel in rels if data[rel] is not None]
     for n in range(len(headers), -1, -1):
         for chosen in itertools.combinations(headers, n):
-            yield digest_named((posixpath.basename(rel), data[rel]) for rel in (rels[0], *chosen))
+            yield digest_named((posixpath.basename(rel), data[rel]) for rel in (source, *chosen))
 
 
 def toolchain_now() -> tuple[str, str]:
