@@ -3,6 +3,8 @@ planted launch (counts chosen here, the rates of the L4 and the H100), the busie
 (waves and imbalance), and a prediction of a real kernel names its bottleneck and says predicted."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -89,15 +91,19 @@ def test_prediction_of_the_last_chapter_names_its_bottleneck():
 
 def test_freed_shared_memory_and_more_resident_ctas_are_weighed_with_the_same_counts():
     """launch_occupancy(smem_freed=) is the occupancy rule with that much less shared memory per
-    CTA; predict(resident=) keeps the counts and changes only the CTAs an SM holds at a time, so
-    the latency bound (each warp's stalls over the CTAs held) falls by the ratio and nothing else
-    moves. Step 7.12's four-way split at the mission shape on the L4 takes 34 KB: two CTAs per SM
-    by shared memory, three with 2 KB less."""
+    CTA; predict(resident=) keeps the counts and changes only the CTAs an SM holds at a time. With
+    the stalls overlapped (the L4's rule) the latency bound falls by the ratio and nothing else
+    moves; taken in turn (turn=True: sm_90's rule for a tensor-core loop, asked for here on the L4's
+    counts), more CTAs held hide none of them and no bound moves. Step 7.12's four-way split at the mission shape on the L4 takes
+    34 KB: two CTAs per SM by shared memory, three with 2 KB less."""
     kid = "07_mma_whole_tile_copy"
     now = bounds.launch_occupancy(kid, MISSION, L4)
     assert now.blocks_per_sm == bounds.ctas_per_sm(kid, MISSION, L4) == 2 and now.limiters == ("shared memory",)
     assert bounds.launch_occupancy(kid, MISSION, L4, smem_freed=2048).blocks_per_sm == 3
     assert bounds.launch_occupancy(kid, MISSION, L4, smem_freed=1024).blocks_per_sm == 2
+    two, three = (bounds.predict(kid, MISSION, False, "L4", resident=r, turn=True) for r in (2, 3))
+    assert {b.resource: b.time_us for b in two.bounds if b.resource != "fp32 FMA"} == \
+        {b.resource: b.time_us for b in three.bounds if b.resource != "fp32 FMA"}
     two, three = (bounds.predict(kid, MISSION, False, "L4", resident=r) for r in (2, 3))
     assert bounds.predict(kid, MISSION, False, "L4").bounds == two.bounds and three.ctas_per_sm == 3
     latency = {p.ctas_per_sm: next(b.time_us for b in p.bounds if b.resource == "latency") for p in (two, three)}
@@ -164,12 +170,15 @@ def test_issue_bound_counts_each_loop_instruction_on_the_trips_its_line_ran():
     assert "not one trip" in issue.trip_problem(doubled, t.launches[0])
 
 
-def test_latency_bound_is_each_warps_stalls_over_the_ctas_an_sm_holds():
+def test_latency_bound_takes_each_warps_stalls_overlapped_or_in_turn():
     """The planted loop of the issue test with the stalls ptxas wrote: 10 cycles for each of the 400
     instructions at the line every trip runs, 1 for the rest. A warp waits 20 x 8 + 400 x 10 x 8 +
-    80 x 1 cycles (8 trips, the guarded line on 1), the CTA's four warps alike. An SM overlaps its
-    CTAs as many at a time as it holds: one CTA per SM, or two held two at a time, take one CTA's
-    stalls; two where it holds one at a time take twice that."""
+    80 x 1 cycles (8 trips, the guarded line on 1), the CTA's four warps alike. With the stalls
+    overlapped, an SM overlaps its CTAs as many at a time as it holds: one CTA per SM, or two held
+    two at a time, take one CTA's stalls; two where it holds one at a time take twice that. Taken in
+    turn, two CTAs on an SM take twice one CTA's stalls however many it holds: the rule for a
+    tensor-core loop on sm_90, the architecture whose records chose it, where a CTA's warps fill the
+    four schedulers evenly, and for no other loop or architecture."""
     from attnlab.model import issue
 
     loop = issue.LoopShape("k", L4.arch, "HMMA", 64, 500, 300, head="k.cu:3",
@@ -177,12 +186,23 @@ def test_latency_bound_is_each_warps_stalls_over_the_ctas_an_sm_holds():
                            stall_parts=((None, 20), ("k.cu:5", 4000), ("k.cu:9", 80)))
     hz = bounds.clock_ghz(L4) * 1e9
     per_warp = 20 * 8 + 4000 * 8 + 80 * 1
-    for ctas, resident, want in ((L4.sms, 1, per_warp), (2 * L4.sms, 2, per_warp), (L4.sms, 2, per_warp),
-                                 (2 * L4.sms, 1, 2 * per_warp)):
+    assert not bounds.in_turn(loop, L4.arch, 4), "no record of sm_89 has chosen the rule"
+    assert bounds.in_turn(loop, H100.arch, 4) and bounds.in_turn(loop, H100.arch, 8)
+    assert not bounds.in_turn(loop, H100.arch, 2) and not bounds.in_turn(loop, H100.arch, 6), "uneven schedulers"
+    assert not bounds.in_turn(dataclasses.replace(loop, marker="MUFU.EX2"), H100.arch, 4)
+    for ctas, resident, overlapped, taken_in_turn in ((L4.sms, 1, per_warp, per_warp),
+                                                      (2 * L4.sms, 2, per_warp, 2 * per_warp),
+                                                      (L4.sms, 2, per_warp, per_warp),
+                                                      (2 * L4.sms, 1, 2 * per_warp, 2 * per_warp)):
         t = _with_trips(_trace(ctas, tensor_flops=2048 * MMA_FLOPS), {"k.cu:5": 32, "k.cu:9": 4})
         assert issue.stall_cycles(loop, t.launches[0]) == pytest.approx(np.full(ctas, 4 * per_warp))
         issued = issue.warp_instructions(loop, t.launches[0], warps=4)
+        turned = next(b for b in bounds.bounds_of(t, L4, resident, issue=(issued, loop), turn=True)
+                      if b.resource == "latency")
+        assert turned.time_us == pytest.approx(taken_in_turn / hz * 1e6), (ctas, resident)
+        assert "in turn" in turned.work
         out = bounds.bounds_of(t, L4, resident, issue=(issued, loop))
+        want = overlapped
         got = next(b for b in out if b.resource == "latency")
         assert got.time_us == pytest.approx(want / hz * 1e6), (ctas, resident)
         assert "stalls ptxas wrote" in got.work
@@ -191,11 +211,23 @@ def test_latency_bound_is_each_warps_stalls_over_the_ctas_an_sm_holds():
         p = bounds.Prediction("k", "L4", MISSION, False, out, 1, ctas, resident)
         assert p.bottleneck == "latency" and p.without("latency").bottleneck == "tensor cores"
         assert p.without("latency").time_us < p.time_us and len(p.bounds) == len(out)
-    # Three CTAs on an SM that holds two at a time: 3/2 of one CTA's stalls on the busiest SM.
+    # Three CTAs on an SM that holds two at a time: 3/2 of one CTA's stalls on the busiest SM
+    # overlapped, three times them in turn.
     t = _with_trips(_trace(3 * L4.sms, tensor_flops=2048 * MMA_FLOPS), {"k.cu:5": 32, "k.cu:9": 4})
     issued = issue.warp_instructions(loop, t.launches[0], warps=4)
-    got = next(b for b in bounds.bounds_of(t, L4, 2, issue=(issued, loop)) if b.resource == "latency")
-    assert got.time_us == pytest.approx(1.5 * per_warp / hz * 1e6)
+    got = {turn: next(b for b in bounds.bounds_of(t, L4, 2, issue=(issued, loop), turn=turn)
+                      if b.resource == "latency").time_us for turn in (False, True)}
+    assert got[False] == pytest.approx(1.5 * per_warp / hz * 1e6) and got[True] == pytest.approx(3 * per_warp / hz * 1e6)
+    # On sm_90 the tensor-core loop's stalls are taken in turn unasked; a loop that is not the
+    # tensor cores' (MUFU.EX2, chapters 1 to 3) keeps them overlapped: two CTAs held two at a time
+    # take one CTA's.
+    hz = bounds.clock_ghz(H100) * 1e9
+    for marker, want, words in (("HMMA", 2 * per_warp, "in turn"), ("MUFU.EX2", per_warp, "2 CTAs of an SM at a time")):
+        hopper = dataclasses.replace(loop, arch=H100.arch, marker=marker)
+        t = _with_trips(_trace(2 * H100.sms, tensor_flops=2048 * MMA_FLOPS), {"k.cu:5": 32, "k.cu:9": 4})
+        issued = issue.warp_instructions(hopper, t.launches[0], warps=4)
+        got = next(b for b in bounds.bounds_of(t, H100, 2, issue=(issued, hopper)) if b.resource == "latency")
+        assert got.time_us == pytest.approx(want / hz * 1e6) and words in got.work, marker
 
 
 def test_issue_bound_is_not_given_where_the_sass_hides_the_trip_counts():

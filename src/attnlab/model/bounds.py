@@ -29,13 +29,18 @@ What it takes as given (the page "The time model" states the same):
   - latency: a warp waits out the stall ptxas wrote into each instruction of the key-tile loop it
     issues (its control code, attnlab.kernels.sass_control: the fixed-latency dependencies the
     compiler did not fill with other work), counted on the same trips, so a CTA takes at least its
-    warps' stalls, and an SM overlaps its CTAs as many at a time as it holds; given where the issue
-    bound is;
+    warps' stalls; given where the issue bound is. On sm_90, where the loop is the tensor cores' (it
+    holds HMMA) and a CTA's warps fill the schedulers evenly, a scheduler waits out the stalls of the
+    warps it holds one after another (STALLS_IN_TURN): an SM's co-resident CTAs hide none of each
+    other's. Elsewhere an SM overlaps its CTAs as many at a time as it holds. (The sm_90 records of
+    chapter 7's steps at the large shapes, two or three CTAs to an SM, ran closer to the stalls taken
+    in turn than to the overlapped bound: model.ipynb quotes the ratios);
   - LAUNCH_US per kernel launch, and for chapter 4 the two cuBLAS GEMMs at the tensor-core peak
     and DRAM (the executor runs only its softmax).
 Not modelled: waits on variable-latency results (shared memory, `ex2`, global memory: the
 scoreboards), dual issue, L1 hits, clocks below boost, and contention between resources (the bounds
-do not add, so two warps of a scheduler that each stall half the time are taken to fill it).
+do not add; outside an sm_90 tensor-core loop (in_turn), two warps of a scheduler that each stall
+half the time are taken to fill it).
 """
 from __future__ import annotations
 
@@ -65,6 +70,15 @@ SCHEDULERS_PER_SM = 4
 LAUNCH_US = 3.0              # one kernel launch, as a CUDA-graph replay sees it
 PREDICTED_GPUS = ("L4", "H100 SXM")  # what the pages predict for: the reader's card and the lent one
 RUN_EVERY_CTA = 1024         # launches up to this many CTAs run whole on the executor; larger ones, one head
+# Per architecture, the loops (by the marker attnlab.model.issue finds them by) whose warps wait out
+# their stalls one after another on a scheduler: the records, all of sm_90 and of chapter 7's
+# four-warp mma.sync loops, chose this rule for its tensor-core loops (model.ipynb, "What the records
+# taught the model"); it is taken for every sm_90 HMMA loop whose CTAs' warps fill the schedulers
+# evenly (in_turn). A likely reason, which no counter here isolates: an HMMA's stall covers cycles in
+# which the scheduler's tensor pipe and the reads of its operands (ten registers a lane) are busy for
+# every warp it holds, not only for the one that issued it. Elsewhere, and on the architectures no
+# record has tested, the stalls are taken as a warp's own, which the other warps of its scheduler fill.
+STALLS_IN_TURN: dict[str, tuple[str, ...]] = {"sm_90": ("HMMA",)}
 
 
 @dataclass(frozen=True)
@@ -186,12 +200,27 @@ def warp_stalls(t: Trace, loop: issue_model.LoopShape) -> np.ndarray | None:
     return issue_model.stall_cycles(loop, t.launches[0])
 
 
-def _busiest_latency(owner: np.ndarray, stalled: np.ndarray, warps: int, resident: int, sms: int, hz: float) -> float:
-    """The latency bound in seconds: on each SM its CTAs' per-warp stalls, overlapped as many at a
-    time as it holds (at most `resident`), the busiest SM's."""
-    load = np.bincount(owner, weights=stalled / warps / hz, minlength=sms)
-    held = np.minimum(resident, np.bincount(owner, minlength=sms))
-    return float((load / np.maximum(held, 1)).max())
+def in_turn(loop: issue_model.LoopShape | None, arch: str, warps: int) -> bool:
+    """Whether, on `arch`, a scheduler waits out the stalls of `loop`'s warps one after another
+    (STALLS_IN_TURN): only where a CTA's `warps` fill the SM's schedulers evenly, so that each holds
+    the same share of every CTA and the busiest is any of them."""
+    return (loop is not None and loop.marker in STALLS_IN_TURN.get(arch, ())
+            and warps % SCHEDULERS_PER_SM == 0)
+
+
+def _stall_lanes(warps: int, turn: bool) -> int:
+    """Over how many schedulers a CTA's warps wait out their stalls side by side: each warp on its
+    own, or, taken in turn, the SM's schedulers (in_turn: the warps fill them evenly)."""
+    return SCHEDULERS_PER_SM if turn else warps
+
+
+def _busiest_latency(owner: np.ndarray, stalled: np.ndarray, warps: int, resident: int, sms: int, hz: float,
+                     turn: bool = False) -> float:
+    """The latency bound in seconds: on each SM its CTAs' per-warp stalls, the busiest SM's; its CTAs
+    overlapped as many at a time as it holds (at most `resident`), or, `turn`, taken one after another."""
+    load = np.bincount(owner, weights=stalled / _stall_lanes(warps, turn) / hz, minlength=sms)
+    held = 1 if turn else np.maximum(np.minimum(resident, np.bincount(owner, minlength=sms)), 1)
+    return float((load / held).max())
 
 
 def _at_once(t: Trace, gpu: GpuSpec, resident: int) -> int:
@@ -202,19 +231,20 @@ def _at_once(t: Trace, gpu: GpuSpec, resident: int) -> int:
 
 def per_cta_seconds(t: Trace, gpu: GpuSpec, resident: int, dot_products: bool = True,
                     issued: np.ndarray | None = None, cuda: tuple[float, int] | None = None,
-                    stalled: np.ndarray | None = None) -> dict[str, np.ndarray]:
+                    stalled: np.ndarray | None = None, turn: bool = False) -> dict[str, np.ndarray]:
     """Resource -> seconds of one SM's that resource each CTA of the first launch needs, from its
     counts at `gpu`'s rates (`resident` CTAs per SM; `dot_products` as bounds_of; `issued`, the
     warp instructions per CTA where known; `cuda`, _cuda_core_rate_and_flops if already worked out;
     `stalled`, warp_stalls where known: a CTA's warps each wait out their own, its share of an SM
-    that holds `resident` CTAs at a time; bounds_of takes each SM's own count)."""
+    that holds `resident` CTAs at a time, or all of them where `turn` (in_turn); bounds_of takes
+    each SM's own count)."""
     rates = ARCH_RATES[gpu.arch]
     hz = clock_ghz(gpu) * 1e9
     fma_rate, cuda_flops = cuda or _cuda_core_rate_and_flops(t, gpu, resident, dot_products)
     exps = t.per_cta("exps").astype(float)
     issue = {} if issued is None else {"instruction issue": issued / (SCHEDULERS_PER_SM * hz)}
     if stalled is not None:
-        issue["latency"] = stalled / _warps(t) / (resident * hz)
+        issue["latency"] = stalled / _stall_lanes(_warps(t), turn) / ((1 if turn else resident) * hz)
     return {
         "tensor cores": t.per_cta("tensor_flops") / (rates["tensor_flops"] * hz),
         "fp32 FMA": (exps / max(exps.sum(), 1) * cuda_flops / 2) / (fma_rate * hz),
@@ -231,7 +261,8 @@ def per_cta_counted(t: Trace, kernel: str, gpu: GpuSpec) -> dict[str, np.ndarray
     instruction issue and the latency the SASS gives, at the launch's resident CTAs."""
     issued, loop = warp_instructions(t, kernel, gpu)
     return per_cta_seconds(t, gpu, ctas_per_sm(kernel, t.shape, gpu), issued=issued,
-                           stalled=None if issued is None else warp_stalls(t, loop))
+                           stalled=None if issued is None else warp_stalls(t, loop),
+                           turn=in_turn(loop, gpu.arch, _warps(t)))
 
 
 def placement(per_cta: dict[str, np.ndarray], sms: int) -> np.ndarray:
@@ -240,17 +271,20 @@ def placement(per_cta: dict[str, np.ndarray], sms: int) -> np.ndarray:
 
 
 def bounds_of(t: Trace, gpu: GpuSpec, resident: int, dot_products: bool = True,
-              issue: tuple[np.ndarray | None, issue_model.LoopShape] | None = None) -> list[Bound]:
+              issue: tuple[np.ndarray | None, issue_model.LoopShape] | None = None,
+              turn: bool | None = None) -> list[Bound]:
     """Every resource's bound, in µs, for the counts of `t` on `gpu` with `resident` CTAs per SM.
     `dot_products`: the launch computes the scores and P V (a fused kernel, not chapter 4's softmax),
     on CUDA cores where it runs no tensor-core instruction. `issue`: warp_instructions(...), for the
-    instruction-issue bound (left out when None; not given, NaN, where the SASS does not give it)."""
+    instruction-issue bound (left out when None; not given, NaN, where the SASS does not give it).
+    `turn`: whether the latency bound takes the stalls of a scheduler's warps in turn; None: in_turn."""
     rates = ARCH_RATES[gpu.arch]
     totals = t.totals()
     cuda = _cuda_core_rate_and_flops(t, gpu, resident, dot_products)
     issued, loop = issue if issue is not None else (None, None)
     stalled = warp_stalls(t, loop) if issued is not None else None
-    per_cta = per_cta_seconds(t, gpu, resident, dot_products, issued, cuda, stalled)
+    turn = in_turn(loop, gpu.arch, _warps(t)) if turn is None else turn
+    per_cta = per_cta_seconds(t, gpu, resident, dot_products, issued, cuda, stalled, turn)
     owner = placement(per_cta, gpu.sms)
     n = len(owner)
     out = []
@@ -258,11 +292,11 @@ def bounds_of(t: Trace, gpu: GpuSpec, resident: int, dot_products: bool = True,
         if not n:
             busiest = 0.0
         elif resource == "latency":  # each SM's own count of CTAs held at a time, not `resident`
-            busiest = _busiest_latency(owner, stalled, _warps(t), resident, gpu.sms, clock_ghz(gpu) * 1e9)
+            busiest = _busiest_latency(owner, stalled, _warps(t), resident, gpu.sms, clock_ghz(gpu) * 1e9, turn)
         else:
             busiest = np.bincount(owner, weights=secs, minlength=gpu.sms).max()
         work = (_issue_text(issued, loop) if resource == "instruction issue"
-                else _latency_text(stalled, resident) if resource == "latency"
+                else _latency_text(stalled, resident, turn) if resource == "latency"
                 else _work_text(resource, totals, *cuda, rates))
         out.append(Bound(resource, busiest * 1e6, work))
     if loop is not None and issued is None:
@@ -282,10 +316,11 @@ def _issue_text(issued: np.ndarray | None, loop: issue_model.LoopShape) -> str:
             f"{loop.outside} outside it per warp) at {SCHEDULERS_PER_SM} per SM-clock")
 
 
-def _latency_text(stalled: np.ndarray, resident: int) -> str:
+def _latency_text(stalled: np.ndarray, resident: int, turn: bool) -> str:
+    held = ("a scheduler's warps in turn (a tensor-core loop)" if turn else
+            f"up to {resident} CTA{'s' if resident > 1 else ''} of an SM at a time")
     return (f"{int(round(stalled.sum())):,} warp-cycles of the stalls ptxas wrote into the key-tile loop's "
-            f"instructions, each warp waiting out its own, up to {resident} CTA{'s' if resident > 1 else ''} "
-            f"of an SM at a time")
+            f"instructions, each warp waiting out its own, {held}")
 
 
 def _work_text(resource: str, totals: dict, fma_rate: float, cuda_flops: int, rates: dict) -> str:
@@ -300,17 +335,19 @@ def _work_text(resource: str, totals: dict, fma_rate: float, cuda_flops: int, ra
 
 
 def predict(kernel: str, shape: Shape, causal: bool = False, gpu: str = "L4", t: Trace | None = None,
-            resident: int | None = None) -> Prediction:
+            resident: int | None = None, turn: bool | None = None) -> Prediction:
     """The predicted time of `kernel` at `shape` on `gpu` (a key of gpus.GPUS), from its counts
     with that GPU's tiles and launch geometry (traced here, or `t`); `resident`: with that many CTAs
-    per SM instead of the launch's occupancy, the counts the same (what freeing a resource buys)."""
+    per SM instead of the launch's occupancy, the counts the same (what freeing a resource buys);
+    `turn`: bounds_of's (None: by the loop)."""
     spec_gpu = by_key(gpu)
     if spec_gpu.arch not in ARCH_RATES or spec_gpu.arch not in SM_LIMITS:
         raise KeyError(f"no rates for {spec_gpu.arch}; the model knows {', '.join(ARCH_RATES)}")
     t = t or counted(kernel, shape, causal, spec_gpu)
     resident = resident or ctas_per_sm(kernel, shape, spec_gpu)
     hybrid = registry.get(kernel).runner == "attnlab.gpu.hybrid:run_cublas_hybrid"
-    bounds = bounds_of(t, spec_gpu, resident, dot_products=not hybrid, issue=warp_instructions(t, kernel, spec_gpu))
+    bounds = bounds_of(t, spec_gpu, resident, dot_products=not hybrid, issue=warp_instructions(t, kernel, spec_gpu),
+                       turn=turn)
     extra = []
     launches = len(t.launches)
     if hybrid:
