@@ -292,3 +292,78 @@ def launch_order_figure(kernel_ids, gpu: str = "L4", shape: Shape = MISSION, cau
                  "so far, in launch order; colour and height: its predicted time (the launch not included)", fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def turn_cases(kernel_ids, shapes, causals=(False, True)):
+    """What the records say of the latency bound's rule for tensor-core loops (bounds.STALLS_IN_TURN):
+    per kernel, shape, mask and GPU of a fresh record holding the case (_measured_cases: the newest
+    per GPU), (record, GPU, kernel, shape, causal, measured µs, the prediction with a scheduler's
+    warps taking their stalls in turn, the same with every SM's CTAs overlapping them as many at a
+    time as it holds), whichever rule the model takes for that GPU."""
+    for kid in kernel_ids:
+        for shape in shapes:
+            for causal in causals:
+                for rec, gpu, measured_us, _ in _measured_cases(kid, shape, causal):
+                    yield (rec, gpu, kid, shape, causal, measured_us, predict(kid, shape, causal, gpu.key, turn=True),
+                           predict(kid, shape, causal, gpu.key, turn=False))
+
+
+def turn_summary(cases) -> tuple[list[str], list[list], dict]:
+    """turn_cases, one row per GPU: the cases, and measured over predicted with the stalls in turn
+    and overlapped (least, median, most); and per GPU key those ratios, for the prose to quote."""
+    import numpy as np
+
+    from .measured import record_label
+
+    by_gpu: dict[str, dict] = {}
+    for rec, gpu, _, _, _, measured_us, turned, overlapped in cases:
+        got = by_gpu.setdefault(gpu.key, {"label": record_label(rec), "turn": [], "overlap": []})
+        got["turn"].append(measured_us / turned.time_us)
+        got["overlap"].append(measured_us / overlapped.time_us)
+
+    def spread(xs) -> str:
+        return f"{min(xs):.2f}–{max(xs):.2f} (median {float(np.median(xs)):.2f})"
+
+    header = ["record", "cases", "measured / predicted, stalls in turn", "measured / predicted, stalls overlapped"]
+    rows = [[g["label"], len(g["turn"]), spread(g["turn"]), spread(g["overlap"])] for g in by_gpu.values()]
+    return header, rows, by_gpu
+
+
+def turn_rows(cases) -> tuple[list[str], list[list]]:
+    """turn_cases, one row per case: kernel, record's GPU, shape, mask, measured, and both predictions."""
+    header = ["kernel", "GPU", "shape", "causal", "measured", "stalls in turn", "stalls overlapped"]
+    rows = [[f"`{kid}`", gpu.key, shape.label(), "yes" if causal else "no", f"{measured_us:,.1f} µs measured",
+             fmt(turned.time_us), fmt(overlapped.time_us)]
+            for _, gpu, kid, shape, causal, measured_us, turned, overlapped in cases]
+    return header, rows
+
+
+@_without_executor
+def show_turns(kernel_ids, shapes) -> dict | None:
+    """turn_summary's table of the kernels at `shapes` as a cell's output, or a notice that no fresh
+    record holds them; returns {"cases": turn_cases, "by_gpu": turn_summary's ratios}, or None."""
+    from .page import md_table, notice
+
+    cases = list(turn_cases(kernel_ids, shapes))
+    if not cases:
+        notice("No fresh GPU record holds these kernels at these shapes: the records cannot choose the rule here.")
+        return None
+    header, rows, by_gpu = turn_summary(cases)
+    md_table(header, rows)
+    return {"cases": cases, "by_gpu": by_gpu}
+
+
+def turn_sentence(by_gpu: dict) -> str:
+    """turn_summary's ratios per GPU as the prose quotes them: medians, spreads, and how many of the
+    cases ran slower than the prediction with the stalls in turn; empty where no GPU has a case."""
+    import numpy as np
+
+    def one(g: dict) -> str:
+        turn, overlap = g["turn"], g["overlap"]
+        slower = sum(r > 1 for r in turn)
+        return (f"on {g['label']}, the {len(turn)} step times ran at a median {float(np.median(turn)):.2f}x the "
+                f"prediction with the stalls in turn ({min(turn):.2f}x to {max(turn):.2f}x; {slower} of them slower "
+                f"than predicted), and at a median {float(np.median(overlap)):.2f}x the prediction with them "
+                f"overlapped ({min(overlap):.2f}x to {max(overlap):.2f}x)")
+    text = "; ".join(one(g) for g in by_gpu.values())
+    return text[:1].upper() + text[1:] + "." if text else ""
