@@ -94,8 +94,8 @@ def test_freed_shared_memory_and_more_resident_ctas_are_weighed_with_the_same_co
     CTA; predict(resident=) keeps the counts and changes only the CTAs an SM holds at a time. With
     the stalls overlapped (the L4's rule) the latency bound falls by the ratio and nothing else
     moves; taken in turn (turn=True: sm_90's rule for a tensor-core loop, asked for here on the L4's
-    counts), more CTAs held hide none of them and no bound moves. Step 7.12's four-way split at the mission shape on the L4 takes
-    34 KB: two CTAs per SM by shared memory, three with 2 KB less."""
+    counts), more CTAs held hide none of them and no bound moves. Step 7.12's four-way split at the
+    mission shape on the L4 takes 34 KB: two CTAs per SM by shared memory, three with 2 KB less."""
     kid = "07_mma_whole_tile_copy"
     now = bounds.launch_occupancy(kid, MISSION, L4)
     assert now.blocks_per_sm == bounds.ctas_per_sm(kid, MISSION, L4) == 2 and now.limiters == ("shared memory",)
@@ -202,9 +202,8 @@ def test_latency_bound_takes_each_warps_stalls_overlapped_or_in_turn():
         assert turned.time_us == pytest.approx(taken_in_turn / hz * 1e6), (ctas, resident)
         assert "in turn" in turned.work
         out = bounds.bounds_of(t, L4, resident, issue=(issued, loop))
-        want = overlapped
         got = next(b for b in out if b.resource == "latency")
-        assert got.time_us == pytest.approx(want / hz * 1e6), (ctas, resident)
+        assert got.time_us == pytest.approx(overlapped / hz * 1e6), (ctas, resident)
         assert "stalls ptxas wrote" in got.work
         # Here the stalls outlast the tensor cores' work: latency is the bottleneck, and the
         # prediction without it falls back to the next bound.

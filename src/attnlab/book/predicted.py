@@ -144,9 +144,9 @@ def bounds_rows(kernel_id: str, shape: Shape = MISSION, causal: bool = False) ->
     return header, rows
 
 
-def _measured_cases(kernel_id: str, shape: Shape, causal: bool):
-    """(record, GPU, measured µs, prediction for that GPU) per GPU the model knows, from the newest
-    fresh bench record of the kernel holding the case (fresh_records' order): one per GPU."""
+def _measured(kernel_id: str, shape: Shape, causal: bool):
+    """(record, GPU, measured µs) per GPU the model knows, from the newest fresh bench record of the
+    kernel holding the case (fresh_records' order): one per GPU."""
     from .measured import case_time
     from .page import fresh_records
 
@@ -157,6 +157,12 @@ def _measured_cases(kernel_id: str, shape: Shape, causal: bool):
         if measured_us is None or gpu is None or gpu.arch not in ARCH_RATES or gpu.key in seen:
             continue
         seen.add(gpu.key)
+        yield rec, gpu, measured_us
+
+
+def _measured_cases(kernel_id: str, shape: Shape, causal: bool):
+    """_measured's (record, GPU, measured µs), each with the prediction for that GPU."""
+    for rec, gpu, measured_us in _measured(kernel_id, shape, causal):
         yield rec, gpu, measured_us, predict(kernel_id, shape, causal, gpu.key)
 
 
@@ -296,14 +302,14 @@ def launch_order_figure(kernel_ids, gpu: str = "L4", shape: Shape = MISSION, cau
 
 def turn_cases(kernel_ids, shapes, causals=(False, True)):
     """What the records say of the latency bound's rule for tensor-core loops (bounds.STALLS_IN_TURN):
-    per kernel, shape, mask and GPU of a fresh record holding the case (_measured_cases: the newest
-    per GPU), (record, GPU, kernel, shape, causal, measured µs, the prediction with a scheduler's
+    per kernel, shape, mask and GPU of a fresh record holding the case (_measured: the newest per
+    GPU), (record, GPU, kernel, shape, causal, measured µs, the prediction with a scheduler's
     warps taking their stalls in turn, the same with every SM's CTAs overlapping them as many at a
     time as it holds), whichever rule the model takes for that GPU."""
     for kid in kernel_ids:
         for shape in shapes:
             for causal in causals:
-                for rec, gpu, measured_us, _ in _measured_cases(kid, shape, causal):
+                for rec, gpu, measured_us in _measured(kid, shape, causal):
                     yield (rec, gpu, kid, shape, causal, measured_us, predict(kid, shape, causal, gpu.key, turn=True),
                            predict(kid, shape, causal, gpu.key, turn=False))
 

@@ -208,19 +208,12 @@ def in_turn(loop: issue_model.LoopShape | None, arch: str, warps: int) -> bool:
             and warps % SCHEDULERS_PER_SM == 0)
 
 
-def _stall_lanes(warps: int, turn: bool) -> int:
-    """Over how many schedulers a CTA's warps wait out their stalls side by side: each warp on its
-    own, or, taken in turn, the SM's schedulers (in_turn: the warps fill them evenly)."""
-    return SCHEDULERS_PER_SM if turn else warps
-
-
-def _busiest_latency(owner: np.ndarray, stalled: np.ndarray, warps: int, resident: int, sms: int, hz: float,
-                     turn: bool = False) -> float:
-    """The latency bound in seconds: on each SM its CTAs' per-warp stalls, the busiest SM's; its CTAs
-    overlapped as many at a time as it holds (at most `resident`), or, `turn`, taken one after another."""
-    load = np.bincount(owner, weights=stalled / _stall_lanes(warps, turn) / hz, minlength=sms)
-    held = 1 if turn else np.maximum(np.minimum(resident, np.bincount(owner, minlength=sms)), 1)
-    return float((load / held).max())
+def _busiest_latency(owner: np.ndarray, stalled: np.ndarray, warps: int, resident: int, sms: int, hz: float) -> float:
+    """The latency bound in seconds with the stalls overlapped: on each SM its CTAs' per-warp stalls,
+    overlapped as many at a time as it holds (at most `resident`), the busiest SM's."""
+    load = np.bincount(owner, weights=stalled / warps / hz, minlength=sms)
+    held = np.minimum(resident, np.bincount(owner, minlength=sms))
+    return float((load / np.maximum(held, 1)).max())
 
 
 def _at_once(t: Trace, gpu: GpuSpec, resident: int) -> int:
@@ -244,7 +237,8 @@ def per_cta_seconds(t: Trace, gpu: GpuSpec, resident: int, dot_products: bool = 
     exps = t.per_cta("exps").astype(float)
     issue = {} if issued is None else {"instruction issue": issued / (SCHEDULERS_PER_SM * hz)}
     if stalled is not None:
-        issue["latency"] = stalled / _stall_lanes(_warps(t), turn) / ((1 if turn else resident) * hz)
+        # in turn, a scheduler waits out its share of every CTA's warps (in_turn: an even share)
+        issue["latency"] = stalled / (SCHEDULERS_PER_SM if turn else _warps(t) * resident) / hz
     return {
         "tensor cores": t.per_cta("tensor_flops") / (rates["tensor_flops"] * hz),
         "fp32 FMA": (exps / max(exps.sum(), 1) * cuda_flops / 2) / (fma_rate * hz),
@@ -291,8 +285,8 @@ def bounds_of(t: Trace, gpu: GpuSpec, resident: int, dot_products: bool = True,
     for resource, secs in per_cta.items():
         if not n:
             busiest = 0.0
-        elif resource == "latency":  # each SM's own count of CTAs held at a time, not `resident`
-            busiest = _busiest_latency(owner, stalled, _warps(t), resident, gpu.sms, clock_ghz(gpu) * 1e9, turn)
+        elif resource == "latency" and not turn:  # each SM's own count of CTAs held at a time, not `resident`
+            busiest = _busiest_latency(owner, stalled, _warps(t), resident, gpu.sms, clock_ghz(gpu) * 1e9)
         else:
             busiest = np.bincount(owner, weights=secs, minlength=gpu.sms).max()
         work = (_issue_text(issued, loop) if resource == "instruction issue"
