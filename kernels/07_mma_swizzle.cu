@@ -90,6 +90,10 @@
 //                              kept their maxima skips the rescale of O.
 //   7.12 07_mma_whole_tile_copy: SKIP_RESCALE = false again: the whole-tile copy alone, since the
 //                              vote's branch cost the rescale more waits than the multiplies it skipped.
+//   7.13 07_mma_pv_a_tile_later: DEFER_PV = true (but at D = 64 with two row blocks, where step 7.12's
+//                              loop stays): tile j-1's O += P V runs between tile j's
+//                              scores and its softmax, which does not wait on it; V runs a tile
+//                              behind K in the copies, since tile j-1's V is used a trip later.
 // 07_mma_noswizzle (SWIZZLE = false in 07_mma) is an ablation: every ldmatrix phase is an
 // 8-way bank conflict.
 //
@@ -200,7 +204,7 @@ __device__ __forceinline__ void load_whole_tile(unsigned tile, const __half* row
 // PARTIAL: write this CTA's split of the keys to o_part and ml for attn_combine_07 (o unused);
 // otherwise o_part and ml are unused.
 template <int D, int BLOCK_N, int KV_SPLIT, bool SWIZZLE, int STAGES, bool ONE_BARRIER, bool LONGEST_FIRST,
-          int ROW_BLOCKS, bool ACROSS_HEADS, bool WHOLE_TILES, bool SKIP_RESCALE, bool PARTIAL>
+          int ROW_BLOCKS, bool ACROSS_HEADS, bool WHOLE_TILES, bool SKIP_RESCALE, bool DEFER_PV, bool PARTIAL>
 __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const __half* __restrict__ k,
                                             const __half* __restrict__ v, __half* __restrict__ o,
                                             float* __restrict__ o_part, float* __restrict__ ml,
@@ -215,6 +219,8 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
     static_assert(!PARTIAL || KV_SPLIT == 1, "one route to split the keys at a time");
     static_assert(ROW_BLOCKS == 1 || ROW_BLOCKS == 2, "one or two 16-row blocks per warp");
     static_assert(!WHOLE_TILES || (ONE_BARRIER && STAGES > 1), "the whole-tile copy is the one-barrier prefetch's");
+    static_assert(!DEFER_PV || (WHOLE_TILES && !SKIP_RESCALE && !PARTIAL), "step 7.13 builds on step 7.12's loop");
+    static_assert(!DEFER_PV || STAGES <= 3, "step 7.13's prologue copies V of tile 0 alone: past 3 stages tile 1's is missed");
     constexpr int ROW_BYTES = D * 2;
     constexpr int Q_BYTES = BLOCK_M * ROW_BYTES;
     constexpr int KV_BYTES = BLOCK_N * ROW_BYTES;
@@ -282,7 +288,10 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
         for (int p = 0; p < STAGES - 1; ++p) {
             if (tile0 + p < tile1) {
                 load_tile<D, BLOCK_N, SWIZZLE>(k_tile(p), k, (tile0 + p) * BLOCK_N, L, tid);
-                load_tile<D, BLOCK_N, SWIZZLE>(v_tile(p), v, (tile0 + p) * BLOCK_N, L, tid);
+                if constexpr (!DEFER_PV)
+                    load_tile<D, BLOCK_N, SWIZZLE>(v_tile(p), v, (tile0 + p) * BLOCK_N, L, tid);
+                else if (p == 0)  // V runs a tile behind K past the first (see the loop): group 1 holds K alone
+                    load_tile<D, BLOCK_N, SWIZZLE>(v_tile(p), v, (tile0 + p) * BLOCK_N, L, tid);
             }
             attn::cp_async_commit();
         }
@@ -317,6 +326,30 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
 #pragma unroll
         for (int h = 0; h < 2; ++h) key_limit[mb][h] = causal ? min(L - 1, warp_row0 + 16 * mb + g + 8 * h) : L - 1;
 
+    // Only with DEFER_PV (step 7.13): a tile's O += P V waits for the next tile's scores. Its P
+    // waits here, as the fp16 A fragments of its k-steps, with the stage its V waits in (zero P and
+    // tile 0's stage before the first tile: adding it adds 0).
+    unsigned p_prev[P_STEPS][ROW_BLOCKS][4] = {};
+    int prev_stage = 0;
+    // O += P V of the tile before, from its V stage: vf as in the loop below, whose own copy of these
+    // lines stays inline (written through this lambda, the earlier steps' SASS changes, and with it
+    // what their GPU records measured).
+    auto add_pv_prev = [&](int v_stage) {
+#pragma unroll
+        for (int kp = 0; kp < P_STEPS; ++kp)
+#pragma unroll
+            for (int dp = 0; dp < D / 16; ++dp) {
+                unsigned vf[4];
+                attn::ldsm_x4_trans(vf, v_tile(v_stage) + attn::tile_offset<ROW_BYTES, SWIZZLE>(
+                                                        key0 + 16 * kp + attn::ldsm_row(lane), 2 * dp + attn::ldsm_chunk(lane)));
+#pragma unroll
+                for (int mb = 0; mb < ROW_BLOCKS; ++mb) {
+                    attn::mma_16816(o_acc[mb][2 * dp], p_prev[kp][mb], vf[0], vf[1]);
+                    attn::mma_16816(o_acc[mb][2 * dp + 1], p_prev[kp][mb], vf[2], vf[3]);
+                }
+            }
+    };
+
     // Tile j lives in stage (j - tile0) % STAGES; the prefetch of tile j + STAGES - 1 refills the
     // stage of tile j - 1.
     for (int j = tile0; j < tile1; ++j) {
@@ -334,20 +367,41 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
             if constexpr (ONE_BARRIER) {
                 attn::cp_async_wait<STAGES - 2>();  // this thread's copies of tile j (and Q) have landed
                 __syncthreads();  // one barrier per tile: everyone's have, and every warp is done with tile j-1
-                if (next < tile1) {  // so its stage takes tile j + STAGES - 1 while tile j is used
-                    if constexpr (WHOLE_TILES) {
-                        // A tile inside L (all but a ragged last one) skips the row tests, and the
-                        // thread's part of its addresses is the same for every tile.
-                        if ((next + 1) * BLOCK_N <= L) {
+                if constexpr (DEFER_PV) {
+                    // Every warp is done with tile j-1's K and tile j-2's V: K of tile j + STAGES - 1
+                    // refills tile j-1's K stage, and V, a tile behind, refills tile j-2's V stage
+                    // (tile 0's V came with its K). Tile j-1's V waits in its stage for this trip's
+                    // O += P V, and the group committed here holds both, so the wait above keeps
+                    // its depth. A tile inside L is copied whole, as in step 7.12.
+                    if (next < tile1) {
+                        if ((next + 1) * BLOCK_N <= L)
                             load_whole_tile<D, BLOCK_N, SWIZZLE>(k_tile(next_stage), k + static_cast<long long>(next) * BLOCK_N * D, tid);
-                            load_whole_tile<D, BLOCK_N, SWIZZLE>(v_tile(next_stage), v + static_cast<long long>(next) * BLOCK_N * D, tid);
+                        else
+                            load_tile<D, BLOCK_N, SWIZZLE>(k_tile(next_stage), k, next * BLOCK_N, L, tid);
+                    }
+                    const int v_next = next - 1, v_stage = (stage + STAGES - 2) % STAGES;  // tile j-2's
+                    if (v_next > tile0 && v_next < tile1) {
+                        if ((v_next + 1) * BLOCK_N <= L)
+                            load_whole_tile<D, BLOCK_N, SWIZZLE>(v_tile(v_stage), v + static_cast<long long>(v_next) * BLOCK_N * D, tid);
+                        else
+                            load_tile<D, BLOCK_N, SWIZZLE>(v_tile(v_stage), v, v_next * BLOCK_N, L, tid);
+                    }
+                } else {
+                    if (next < tile1) {  // so its stage takes tile j + STAGES - 1 while tile j is used
+                        if constexpr (WHOLE_TILES) {
+                            // A tile inside L (all but a ragged last one) skips the row tests, and the
+                            // thread's part of its addresses is the same for every tile.
+                            if ((next + 1) * BLOCK_N <= L) {
+                                load_whole_tile<D, BLOCK_N, SWIZZLE>(k_tile(next_stage), k + static_cast<long long>(next) * BLOCK_N * D, tid);
+                                load_whole_tile<D, BLOCK_N, SWIZZLE>(v_tile(next_stage), v + static_cast<long long>(next) * BLOCK_N * D, tid);
+                            } else {
+                                load_tile<D, BLOCK_N, SWIZZLE>(k_tile(next_stage), k, next * BLOCK_N, L, tid);
+                                load_tile<D, BLOCK_N, SWIZZLE>(v_tile(next_stage), v, next * BLOCK_N, L, tid);
+                            }
                         } else {
                             load_tile<D, BLOCK_N, SWIZZLE>(k_tile(next_stage), k, next * BLOCK_N, L, tid);
                             load_tile<D, BLOCK_N, SWIZZLE>(v_tile(next_stage), v, next * BLOCK_N, L, tid);
                         }
-                    } else {
-                        load_tile<D, BLOCK_N, SWIZZLE>(k_tile(next_stage), k, next * BLOCK_N, L, tid);
-                        load_tile<D, BLOCK_N, SWIZZLE>(v_tile(next_stage), v, next * BLOCK_N, L, tid);
                     }
                 }
                 attn::cp_async_commit();  // possibly empty: the wait at tile j + 1 then leaves only later tiles pending
@@ -381,8 +435,9 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
 
         const int k0 = j * BLOCK_N + key0;  // this warp's first key of the tile
         // Causal: a slice whose first key is past this warp's last row adds nothing (p = 0,
-        // correction 1); the warp skips it but still meets the barriers.
-        if (!causal || k0 <= warp_row0 + WARP_ROWS - 1) {
+        // correction 1); the warp skips it but still meets the barriers. (From step 7.13 on every
+        // warp takes every tile: the block also adds the tile before's O += P V; a masked P is 0.)
+        if (DEFER_PV || !causal || k0 <= warp_row0 + WARP_ROWS - 1) {
             // S = Q K^T (raw dot products). B order: kf[0], kf[1] are b0, b1 of key block 2np
             // (head-dim chunks 2ks, 2ks+1), kf[2], kf[3] those of key block 2np+1. One K fragment
             // feeds the MMAs of every row block of the warp.
@@ -419,6 +474,12 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
                         for (int e = 0; e < 4; ++e)
                             if (k0 + nb * 8 + 2 * t + (e & 1) > key_limit[mb][e >> 1]) s[mb][nb][e] = ATTN_NEG_INF;
             }
+
+            // Step 7.13: the tile before's O += P V runs here, between this tile's scores and its
+            // softmax, on neither of which it depends: ptxas may interleave its MMAs with the
+            // softmax's shuffles and exponentials. The softmax's rescale of O then waits for them.
+            // On the first tile P is zero (and V tile 0's), and the MMAs add nothing.
+            if constexpr (DEFER_PV) add_pv_prev(prev_stage);
 
             // Online softmax per row (h = 0: row g, h = 1: row g+8). The 4 lanes of a quad hold
             // a row's scores; xor 1 and xor 2 stay inside the quad.
@@ -475,20 +536,35 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
                     pa[mb][2] = pack_half2(s[mb][2 * kp + 1][0], s[mb][2 * kp + 1][1]);
                     pa[mb][3] = pack_half2(s[mb][2 * kp + 1][2], s[mb][2 * kp + 1][3]);
                 }
+                if constexpr (DEFER_PV) {
+                    // Step 7.13: P waits for the next trip (or the drain after the loop).
 #pragma unroll
-                for (int dp = 0; dp < D / 16; ++dp) {
-                    unsigned vf[4];
-                    attn::ldsm_x4_trans(vf, v_tile(stage) + attn::tile_offset<ROW_BYTES, SWIZZLE>(
-                                                          key0 + 16 * kp + attn::ldsm_row(lane), 2 * dp + attn::ldsm_chunk(lane)));
+                    for (int mb = 0; mb < ROW_BLOCKS; ++mb)
 #pragma unroll
-                    for (int mb = 0; mb < ROW_BLOCKS; ++mb) {
-                        attn::mma_16816(o_acc[mb][2 * dp], pa[mb], vf[0], vf[1]);
-                        attn::mma_16816(o_acc[mb][2 * dp + 1], pa[mb], vf[2], vf[3]);
+                        for (int r = 0; r < 4; ++r) p_prev[kp][mb][r] = pa[mb][r];
+                } else {
+#pragma unroll
+                    for (int dp = 0; dp < D / 16; ++dp) {
+                        unsigned vf[4];
+                        attn::ldsm_x4_trans(vf, v_tile(stage) + attn::tile_offset<ROW_BYTES, SWIZZLE>(
+                                                              key0 + 16 * kp + attn::ldsm_row(lane), 2 * dp + attn::ldsm_chunk(lane)));
+#pragma unroll
+                        for (int mb = 0; mb < ROW_BLOCKS; ++mb) {
+                            attn::mma_16816(o_acc[mb][2 * dp], pa[mb], vf[0], vf[1]);
+                            attn::mma_16816(o_acc[mb][2 * dp + 1], pa[mb], vf[2], vf[3]);
+                        }
                     }
                 }
             }
         }
+        if constexpr (DEFER_PV) prev_stage = stage;  // where the V of the P just kept waits
         if constexpr (!ONE_BARRIER) __syncthreads();  // all warps are done with this stage before a later copy refills it
+    }
+    if constexpr (DEFER_PV) {
+        // The last tile's O += P V. Its V is in the newest groups, which no trip waited for.
+        attn::cp_async_wait<0>();  // this thread's copies of it have landed
+        __syncthreads();           // and everyone's
+        add_pv_prev(prev_stage);
     }
 
     if constexpr (KV_SPLIT > 1) {
@@ -610,12 +686,12 @@ __host__ __device__ constexpr bool split_fits() {
 }
 
 template <int D, int BLOCK_N, int KV_SPLIT, bool SWIZZLE, int STAGES, bool ONE_BARRIER, bool LONGEST_FIRST,
-          int ROW_BLOCKS, bool ACROSS_HEADS, bool WHOLE_TILES, bool SKIP_RESCALE>
+          int ROW_BLOCKS, bool ACROSS_HEADS, bool WHOLE_TILES, bool SKIP_RESCALE, bool DEFER_PV>
 __device__ __forceinline__ void run_07(const __half* q, const __half* k, const __half* v, __half* o, int L,
                                        float scale, int causal) {
     if constexpr (split_fits<BLOCK_N, KV_SPLIT>())
         attn_fwd_07<D, BLOCK_N, KV_SPLIT, SWIZZLE, STAGES, ONE_BARRIER, LONGEST_FIRST, ROW_BLOCKS, ACROSS_HEADS,
-                    WHOLE_TILES, SKIP_RESCALE, false>(q, k, v, o, nullptr, nullptr, L, scale, causal);
+                    WHOLE_TILES, SKIP_RESCALE, DEFER_PV, false>(q, k, v, o, nullptr, nullptr, L, scale, causal);
 }
 
 constexpr int COMBINE_THREADS = 128;  // attn_combine_07's block (the registry reads it)
@@ -625,71 +701,88 @@ constexpr int COMBINE_THREADS = 128;  // attn_combine_07's block (the registry r
 // SWIZZLE, STAGES, ONE_BARRIER). The registry maps the runtime D, and for 07_mma the split it
 // picks, to the entry; the D argument is part of the common signature and fixed here.
 #define ATTN07_ENTRY(NAME, D, BLOCK_N, KV_SPLIT, SWIZZLE, STAGES, ONE_BARRIER, LONGEST_FIRST, ROW_BLOCKS,       \
-                     ACROSS_HEADS, WHOLE_TILES, SKIP_RESCALE)                                                  \
+                     ACROSS_HEADS, WHOLE_TILES, SKIP_RESCALE, DEFER_PV)                                        \
     extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS_PER_SM)                                     \
     NAME(const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,             \
          __half* __restrict__ o, int L, int D_, float scale, int causal) {                                     \
         run_07<D, BLOCK_N, KV_SPLIT, SWIZZLE, STAGES, ONE_BARRIER, LONGEST_FIRST, ROW_BLOCKS, ACROSS_HEADS,      \
-               WHOLE_TILES, SKIP_RESCALE>(q, k, v, o, L, scale, causal);                                       \
+               WHOLE_TILES, SKIP_RESCALE, DEFER_PV>(q, k, v, o, L, scale, causal);                             \
     }
 
-ATTN07_ENTRY(attn_fwd_07_mma_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true, 1, false, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, true, true, 1, false, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true, 1, false, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_split2_d128, 128, BLOCK_N_D128, 2, true, STAGES_D128, true, true, 1, false, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true, 1, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true, 1, false, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, true, true, 1, false, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true, 1, false, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_split2_d128, 128, BLOCK_N_D128, 2, true, STAGES_D128, true, true, 1, false, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true, 1, false, false, false, false)
 // A 4-way split at D = 128 needs the 64-key tile (16 keys per group); with 32 it compiles to nothing.
-ATTN07_ENTRY(attn_fwd_07_mma_split4_d128, 128, BLOCK_N_D128, 4, true, STAGES_D128, true, true, 1, false, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_two_barriers_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, false, true, 1, false, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_two_barriers_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, false, true, 1, false, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_noswizzle_d64, 64, BLOCK_N_D64, 1, false, STAGES_D64, true, true, 1, false, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_noswizzle_d128, 128, BLOCK_N_D128, 1, false, STAGES_D128, true, true, 1, false, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_single_buffer_d64, 64, BLOCK_N_D64, 1, true, 1, false, true, 1, false, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_single_buffer_d128, 128, BLOCK_N_D128, 1, true, 1, false, true, 1, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_split4_d128, 128, BLOCK_N_D128, 4, true, STAGES_D128, true, true, 1, false, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_two_barriers_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, false, true, 1, false, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_two_barriers_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, false, true, 1, false, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_noswizzle_d64, 64, BLOCK_N_D64, 1, false, STAGES_D64, true, true, 1, false, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_noswizzle_d128, 128, BLOCK_N_D128, 1, false, STAGES_D128, true, true, 1, false, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_single_buffer_d64, 64, BLOCK_N_D64, 1, true, 1, false, true, 1, false, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_single_buffer_d128, 128, BLOCK_N_D128, 1, true, 1, false, true, 1, false, false, false, false)
 // The chapter's first two steps: no swizzle, one stage, two barriers; then the longest tiles first.
-ATTN07_ENTRY(attn_fwd_07_mma_plain_d64, 64, BLOCK_N_D64, 1, false, 1, false, false, 1, false, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_plain_d128, 128, BLOCK_N_D128, 1, false, 1, false, false, 1, false, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_longest_first_d64, 64, BLOCK_N_D64, 1, false, 1, false, true, 1, false, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_longest_first_d128, 128, BLOCK_N_D128, 1, false, 1, false, true, 1, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_plain_d64, 64, BLOCK_N_D64, 1, false, 1, false, false, 1, false, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_plain_d128, 128, BLOCK_N_D128, 1, false, 1, false, false, 1, false, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_longest_first_d64, 64, BLOCK_N_D64, 1, false, 1, false, true, 1, false, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_longest_first_d128, 128, BLOCK_N_D128, 1, false, 1, false, true, 1, false, false, false, false)
 // Step 7.7: two 16-row blocks per warp at D = 64 (at D = 128 their accumulators would spill, and the
 // step runs the entries above), unsplit and split as 07_mma.
-ATTN07_ENTRY(attn_fwd_07_mma_two_row_blocks_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true, 2, false, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_two_row_blocks_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true, 2, false, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_two_row_blocks_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true, 2, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_two_row_blocks_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true, 2, false, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_two_row_blocks_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true, 2, false, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_two_row_blocks_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true, 2, false, false, false, false)
 // Step 7.8: step 7.7 with a causal grid's longest query tiles first across the heads.
-ATTN07_ENTRY(attn_fwd_07_mma_across_heads_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true, 2, true, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_across_heads_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, true, true, 1, true, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_across_heads_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true, 2, true, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_across_heads_split2_d128, 128, BLOCK_N_D128, 2, true, STAGES_D128, true, true, 1, true, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_across_heads_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true, 2, true, false, false)
-ATTN07_ENTRY(attn_fwd_07_mma_across_heads_split4_d128, 128, BLOCK_N_D128, 4, true, STAGES_D128, true, true, 1, true, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_across_heads_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true, 2, true, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_across_heads_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, true, true, 1, true, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_across_heads_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true, 2, true, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_across_heads_split2_d128, 128, BLOCK_N_D128, 2, true, STAGES_D128, true, true, 1, true, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_across_heads_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true, 2, true, false, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_across_heads_split4_d128, 128, BLOCK_N_D128, 4, true, STAGES_D128, true, true, 1, true, false, false, false)
 // Step 7.11: steps 7.6 and 7.8 with less scalar work per key tile (WHOLE_TILES, SKIP_RESCALE), for step
 // 7.10's launcher.
-ATTN07_ENTRY(attn_fwd_07_mma_lean_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true, 1, false, true, true)
-ATTN07_ENTRY(attn_fwd_07_mma_lean_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, true, true, 1, false, true, true)
-ATTN07_ENTRY(attn_fwd_07_mma_lean_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true, 1, false, true, true)
-ATTN07_ENTRY(attn_fwd_07_mma_lean_split2_d128, 128, BLOCK_N_D128, 2, true, STAGES_D128, true, true, 1, false, true, true)
-ATTN07_ENTRY(attn_fwd_07_mma_lean_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true, 1, false, true, true)
-ATTN07_ENTRY(attn_fwd_07_mma_lean_split4_d128, 128, BLOCK_N_D128, 4, true, STAGES_D128, true, true, 1, false, true, true)
-ATTN07_ENTRY(attn_fwd_07_mma_lean_across_heads_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true, 2, true, true, true)
-ATTN07_ENTRY(attn_fwd_07_mma_lean_across_heads_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, true, true, 1, true, true, true)
-ATTN07_ENTRY(attn_fwd_07_mma_lean_across_heads_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true, 2, true, true, true)
-ATTN07_ENTRY(attn_fwd_07_mma_lean_across_heads_split2_d128, 128, BLOCK_N_D128, 2, true, STAGES_D128, true, true, 1, true, true, true)
-ATTN07_ENTRY(attn_fwd_07_mma_lean_across_heads_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true, 2, true, true, true)
-ATTN07_ENTRY(attn_fwd_07_mma_lean_across_heads_split4_d128, 128, BLOCK_N_D128, 4, true, STAGES_D128, true, true, 1, true, true, true)
+ATTN07_ENTRY(attn_fwd_07_mma_lean_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true, 1, false, true, true, false)
+ATTN07_ENTRY(attn_fwd_07_mma_lean_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, true, true, 1, false, true, true, false)
+ATTN07_ENTRY(attn_fwd_07_mma_lean_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true, 1, false, true, true, false)
+ATTN07_ENTRY(attn_fwd_07_mma_lean_split2_d128, 128, BLOCK_N_D128, 2, true, STAGES_D128, true, true, 1, false, true, true, false)
+ATTN07_ENTRY(attn_fwd_07_mma_lean_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true, 1, false, true, true, false)
+ATTN07_ENTRY(attn_fwd_07_mma_lean_split4_d128, 128, BLOCK_N_D128, 4, true, STAGES_D128, true, true, 1, false, true, true, false)
+ATTN07_ENTRY(attn_fwd_07_mma_lean_across_heads_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true, 2, true, true, true, false)
+ATTN07_ENTRY(attn_fwd_07_mma_lean_across_heads_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, true, true, 1, true, true, true, false)
+ATTN07_ENTRY(attn_fwd_07_mma_lean_across_heads_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true, 2, true, true, true, false)
+ATTN07_ENTRY(attn_fwd_07_mma_lean_across_heads_split2_d128, 128, BLOCK_N_D128, 2, true, STAGES_D128, true, true, 1, true, true, true, false)
+ATTN07_ENTRY(attn_fwd_07_mma_lean_across_heads_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true, 2, true, true, true, false)
+ATTN07_ENTRY(attn_fwd_07_mma_lean_across_heads_split4_d128, 128, BLOCK_N_D128, 4, true, STAGES_D128, true, true, 1, true, true, true, false)
 // Step 7.12: step 7.11's entries with the whole-tile copy alone (SKIP_RESCALE = false).
-ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true, 1, false, true, false)
-ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, true, true, 1, false, true, false)
-ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true, 1, false, true, false)
-ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_split2_d128, 128, BLOCK_N_D128, 2, true, STAGES_D128, true, true, 1, false, true, false)
-ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true, 1, false, true, false)
-ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_split4_d128, 128, BLOCK_N_D128, 4, true, STAGES_D128, true, true, 1, false, true, false)
-ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_across_heads_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true, 2, true, true, false)
-ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_across_heads_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, true, true, 1, true, true, false)
-ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_across_heads_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true, 2, true, true, false)
-ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_across_heads_split2_d128, 128, BLOCK_N_D128, 2, true, STAGES_D128, true, true, 1, true, true, false)
-ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_across_heads_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true, 2, true, true, false)
-ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_across_heads_split4_d128, 128, BLOCK_N_D128, 4, true, STAGES_D128, true, true, 1, true, true, false)
+ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true, 1, false, true, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, true, true, 1, false, true, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true, 1, false, true, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_split2_d128, 128, BLOCK_N_D128, 2, true, STAGES_D128, true, true, 1, false, true, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true, 1, false, true, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_split4_d128, 128, BLOCK_N_D128, 4, true, STAGES_D128, true, true, 1, false, true, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_across_heads_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true, 2, true, true, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_across_heads_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, true, true, 1, true, true, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_across_heads_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true, 2, true, true, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_across_heads_split2_d128, 128, BLOCK_N_D128, 2, true, STAGES_D128, true, true, 1, true, true, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_across_heads_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true, 2, true, true, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_across_heads_split4_d128, 128, BLOCK_N_D128, 4, true, STAGES_D128, true, true, 1, true, true, false, false)
+
+// Step 7.13: step 7.12's entries with each tile's O += P V a tile later (DEFER_PV), but for its two
+// row blocks at D = 64: there the P held for the next trip takes ptxas to 255 registers, and the loop
+// it schedules waits more than step 7.12's (the step runs step 7.12's entries there; the two-row
+// entries with DEFER_PV at the end are the ablation 07_mma_deferred_pv_two_rows that says so).
+ATTN07_ENTRY(attn_fwd_07_mma_deferred_pv_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true, 1, false, true, false, true)
+ATTN07_ENTRY(attn_fwd_07_mma_deferred_pv_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, true, true, 1, false, true, false, true)
+ATTN07_ENTRY(attn_fwd_07_mma_deferred_pv_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true, 1, false, true, false, true)
+ATTN07_ENTRY(attn_fwd_07_mma_deferred_pv_split2_d128, 128, BLOCK_N_D128, 2, true, STAGES_D128, true, true, 1, false, true, false, true)
+ATTN07_ENTRY(attn_fwd_07_mma_deferred_pv_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true, 1, false, true, false, true)
+ATTN07_ENTRY(attn_fwd_07_mma_deferred_pv_split4_d128, 128, BLOCK_N_D128, 4, true, STAGES_D128, true, true, 1, false, true, false, true)
+ATTN07_ENTRY(attn_fwd_07_mma_deferred_pv_across_heads_d128, 128, BLOCK_N_D128, 1, true, STAGES_D128, true, true, 1, true, true, false, true)
+ATTN07_ENTRY(attn_fwd_07_mma_deferred_pv_across_heads_split2_d128, 128, BLOCK_N_D128, 2, true, STAGES_D128, true, true, 1, true, true, false, true)
+ATTN07_ENTRY(attn_fwd_07_mma_deferred_pv_across_heads_split4_d128, 128, BLOCK_N_D128, 4, true, STAGES_D128, true, true, 1, true, true, false, true)
+ATTN07_ENTRY(attn_fwd_07_mma_deferred_pv_two_rows_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true, 2, true, true, false, true)
+ATTN07_ENTRY(attn_fwd_07_mma_deferred_pv_two_rows_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true, 2, true, true, false, true)
+ATTN07_ENTRY(attn_fwd_07_mma_deferred_pv_two_rows_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true, 2, true, true, false, true)
 
 // FlashAttention-2's split across CTAs (07_mma_split_ctas): the partial kernel (grid z = splits),
 // then the combine.
@@ -697,8 +790,8 @@ ATTN07_ENTRY(attn_fwd_07_mma_whole_tiles_across_heads_split4_d128, 128, BLOCK_N_
     extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS_PER_SM)                                     \
     NAME(const __half* __restrict__ q, const __half* __restrict__ k, const __half* __restrict__ v,             \
          float* __restrict__ o_part, float* __restrict__ ml, int L, int D_, float scale, int causal) {         \
-        attn_fwd_07<D, BLOCK_N, 1, true, STAGES, true, true, 1, false, false, false, true>(q, k, v, nullptr, o_part,  \
-                                                                                           ml, L, scale, causal); \
+        attn_fwd_07<D, BLOCK_N, 1, true, STAGES, true, true, 1, false, false, false, false, true>(q, k, v, nullptr, \
+                                                                                                  o_part, ml, L, scale, causal); \
     }
 
 ATTN07_PARTIAL_ENTRY(attn_fwd_07_mma_partial_d64, 64, BLOCK_N_D64, STAGES_D64)

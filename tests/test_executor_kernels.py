@@ -85,7 +85,7 @@ def results():
 
 def test_the_grid_covers_every_kernel_and_the_issue_shapes():
     ids = {kid for kid, _ in _work()}
-    assert ids == set(KERNEL_IDS) and len(registry.KERNELS) == 32
+    assert ids == set(KERNEL_IDS) and len(registry.KERNELS) == 36
     # every chapter-7 id runs D = 64 and 128 again with sm_90's tiles: 64 keys at D = 128, 3 stages
     assert sorted(OTHER_TILES) == sorted(k for k in registry.KERNELS if k.startswith("07_"))
     one_stage = ("07_mma_single_buffer", "07_mma_longest_first", "07_mma_plain")  # one stage everywhere
@@ -152,13 +152,15 @@ def test_the_long_lengths_only_go_where_a_chunk_needs_them():
     """They cost: each kernel that has them needs them (its chunk is past the base grid's L)."""
     assert set(CPU_LONG_LENGTHS) == {"04_cublas_hybrid", "07_mma_split_ctas", "07_mma_two_row_blocks",
                                      "07_mma_across_heads", "07_mma_lean", "07_mma_lean_across_heads",
-                                     "07_mma_whole_tiles", "07_mma_whole_tiles_across_heads"}
+                                     "07_mma_whole_tiles", "07_mma_whole_tiles_across_heads", "07_mma_deferred_pv",
+                                     "07_mma_deferred_pv_across_heads", "07_mma_deferred_pv_two_rows"}
     base = [Shape(1, 2, L, D) for L in CPU_LENGTHS for D in (64, 128)] + [Shape(2, 3, 130, D) for D in (64, 128)]
     for label in ("07_mma_split_ctas", f"07_mma_split_ctas@{OTHER_ARCH}"):
         spec = _spec(label)
         assert all(_tiles_per_cta(spec, s) <= _loop_unit(spec, s.D)[1] for s in base if s.L > 1)
     for kid in ("07_mma_two_row_blocks", "07_mma_across_heads", "07_mma_lean", "07_mma_lean_across_heads",
-                "07_mma_whole_tiles", "07_mma_whole_tiles_across_heads"):  # their 2-way split at D = 64: only the long row
+                "07_mma_whole_tiles", "07_mma_whole_tiles_across_heads", "07_mma_deferred_pv",
+                "07_mma_deferred_pv_across_heads", "07_mma_deferred_pv_two_rows"):  # their 2-way split at D = 64: only the long row
         spec = _spec(kid)
         split2 = spec.entries_by_split[2][64]
         assert all(spec.launch_config(s)["entry"] != split2 for s in base)

@@ -25,7 +25,8 @@ from attnlab.kernels.static import build as static_build
 IDS = ("07_mma", "07_mma_split2", "07_mma_split4", "07_mma_nosplit", "07_mma_two_barriers", "07_mma_noswizzle",
        "07_mma_single_buffer", "07_mma_longest_first", "07_mma_plain", "07_mma_two_row_blocks", "07_mma_across_heads",
        "07_mma_rows_that_fill", "07_mma_even_split", "07_mma_lean", "07_mma_lean_across_heads", "07_mma_lean_loop",
-       "07_mma_whole_tiles", "07_mma_whole_tiles_across_heads", "07_mma_whole_tile_copy")
+       "07_mma_whole_tiles", "07_mma_whole_tiles_across_heads", "07_mma_whole_tile_copy", "07_mma_deferred_pv",
+       "07_mma_deferred_pv_across_heads", "07_mma_pv_a_tile_later", "07_mma_deferred_pv_two_rows")
 SPEC = registry.KERNELS["07_mma"]  # the source's own tiles (the L4's)
 SRC = SPEC.path.read_text()
 MAX_REGS_PER_SM = 65536
@@ -53,18 +54,19 @@ def stages(spec) -> dict[int, int]:
     return {D: spec.config[f"ATTN07_STAGES_D{D}"] for D in (64, 128)}
 
 
-def _entries() -> dict[str, tuple[int, int, bool, int | None, bool, int, bool, bool, bool]]:
+def _entries() -> dict[str, tuple[int, int, bool, int | None, bool, int, bool, bool, bool, bool]]:
     """entry -> (D, key split, swizzle, stages (None: the build's STAGES_D<D>), one barrier, 16-row
-    blocks per warp, causal tiles across the heads, whole-tile copy, skipped rescale), from the
-    ATTN07_ENTRY lines."""
+    blocks per warp, causal tiles across the heads, whole-tile copy, skipped rescale, O += P V a
+    tile later), from the ATTN07_ENTRY lines."""
     assert re.search(r"extern \"C\" __global__ void __launch_bounds__\(THREADS, MIN_CTAS_PER_SM\)", SRC)
     found = re.findall(r"^ATTN07_ENTRY\((attn_fwd_07_\w+), (\d+), BLOCK_N_D\2, (\d+), (true|false), "
-                       r"(STAGES_D\2|1), (true|false), (?:true|false), ([12]), (true|false), (true|false), (true|false)\)$",
+                       r"(STAGES_D\2|1), (true|false), (?:true|false), ([12]), (true|false), (true|false), (true|false), "
+                       r"(true|false)\)$",
                        SRC, re.M)
     assert len(found) == SRC.count("\nATTN07_ENTRY(")
     return {name: (int(d), int(split), sw == "true", None if st.startswith("STAGES") else int(st), ob == "true", int(rb),
-                   across == "true", whole == "true", skip == "true")
-            for name, d, split, sw, st, ob, rb, across, whole, skip in found}
+                   across == "true", whole == "true", skip == "true", defer == "true")
+            for name, d, split, sw, st, ob, rb, across, whole, skip, defer in found}
 
 
 def entry_stages(entry: str, st: dict) -> int:
@@ -173,7 +175,7 @@ def _opcodes(lines: list[str]):
 
 
 def test_registry_names_every_entry_with_its_head_dim():
-    assert len(ENTRIES) == 49
+    assert len(ENTRIES) == 61
     named = {arch: set() for arch in ARCHES}
     for arch in ARCHES:
         for kid in IDS:
@@ -187,16 +189,18 @@ def test_registry_names_every_entry_with_its_head_dim():
             if kid not in ("07_mma", "07_mma_split2", "07_mma_split4", "07_mma_two_row_blocks", "07_mma_across_heads",
                            "07_mma_rows_that_fill", "07_mma_even_split", "07_mma_lean", "07_mma_lean_across_heads",
                            "07_mma_lean_loop", "07_mma_whole_tiles", "07_mma_whole_tiles_across_heads",
-                           "07_mma_whole_tile_copy"):
+                           "07_mma_whole_tile_copy", "07_mma_deferred_pv", "07_mma_deferred_pv_across_heads",
+                           "07_mma_pv_a_tile_later"):
                 assert "ablation" in spec.summary and spec.variant_of == "07_mma"
     # every entry runs somewhere; the 4-way split at D = 128 only with 64-key tiles
     assert named["sm_90"] == named["sm_80"] == set(ENTRIES)
     assert named["sm_89"] == set(ENTRIES) - {f"attn_fwd_07_mma{kind}_split4_d128"
                                              for kind in ("", "_across_heads", "_lean", "_lean_across_heads",
-                                                          "_whole_tiles", "_whole_tiles_across_heads")}
+                                                          "_whole_tiles", "_whole_tiles_across_heads",
+                                                          "_deferred_pv", "_deferred_pv_across_heads")}
     # the kernel may run every split entry; each fixed-split variant runs only its own
     assert set(registry.get("07_mma").entries_at_head_dim(64)) == {e for e, v in ENTRIES.items()
-                                                                   if v[0] == 64 and v[2:] == (True, None, True, 1, False, False, False)}
+                                                                   if v[0] == 64 and v[2:] == (True, None, True, 1, False, False, False, False)}
     # step 7.7 takes two row blocks at D = 64 in every split, and 07_mma's entries at D = 128
     step = registry.get("07_mma_two_row_blocks")
     assert {ENTRIES[e][5] for e in step.entries_at_head_dim(64)} == {2}
@@ -213,13 +217,24 @@ def test_registry_names_every_entry_with_its_head_dim():
         for D in (64, 128):
             assert set(fits.entries_at_head_dim(D)) == set(registry.get("07_mma").entries_at_head_dim(D)) | set(
                 after.entries_at_head_dim(D))
-    # step 7.11 runs step 7.10's entries with both switches of the lean loop, step 7.12 with the copy's alone
-    ten, lean, whole = (registry.get(k) for k in ("07_mma_even_split", "07_mma_lean_loop", "07_mma_whole_tile_copy"))
+    # step 7.11 runs step 7.10's entries with both switches of the lean loop, step 7.12 with the copy's alone,
+    # step 7.13 with the copy's and O += P V a tile later, but for its two row blocks (D = 64): step 7.12's
+    ten, lean, whole, later = (registry.get(k) for k in ("07_mma_even_split", "07_mma_lean_loop",
+                                                         "07_mma_whole_tile_copy", "07_mma_pv_a_tile_later"))
     for D in (64, 128):
-        for step, switches in ((ten, (False, False)), (lean, (True, True)), (whole, (True, False))):
+        for step, switches in ((ten, (False, False, False)), (lean, (True, True, False)), (whole, (True, False, False)),
+                               (later, (True, False, True))):
             assert [ENTRIES[e][:7] for e in step.entries_at_head_dim(D)] == [ENTRIES[e][:7]
                                                                              for e in ten.entries_at_head_dim(D)]
-            assert {ENTRIES[e][7:] for e in step.entries_at_head_dim(D)} == {switches}
+            for e in step.entries_at_head_dim(D):
+                two_rows_kept = step is later and ENTRIES[e][5] == 2
+                assert ENTRIES[e][7:] == ((True, False, False) if two_rows_kept else switches), e
+    assert {e for e in later.entries_at_head_dim(64) if ENTRIES[e][5] == 2} == {
+        e for e in whole.entries_at_head_dim(64) if ENTRIES[e][5] == 2} != set()
+    # and its ablation takes the deferral to those two row blocks, its D = 128 entries being step 7.13's
+    ablation = registry.get("07_mma_deferred_pv_two_rows")
+    assert {ENTRIES[e][5:] for e in ablation.entries_at_head_dim(64)} == {(2, True, True, False, True)}
+    assert set(ablation.entries_at_head_dim(128)) == set(registry.get("07_mma_deferred_pv_across_heads").entries_at_head_dim(128))
 
 
 @pytest.mark.parametrize("arch", ARCHES)
@@ -246,7 +261,7 @@ def test_registry_mirrors_the_kernel_constants(kid, arch):
 def test_resources_no_spill_smem_and_two_ctas_per_sm(build):
     arch, resources, _, bn, st = build
     assert set(resources) == set(ENTRIES) | set(PARTIALS) | {COMBINE}
-    for name, (D, split, *_rest, rb, _across, _whole, _skip) in ENTRIES.items():
+    for name, (D, split, *_rest, rb, _across, _whole, _skip, _defer) in ENTRIES.items():
         if not _runs(name, bn):
             continue
         f = resources[name]
@@ -261,18 +276,24 @@ def test_resources_no_spill_smem_and_two_ctas_per_sm(build):
         assert f.registers <= bound, f"{name} on {arch}: {f.registers} registers"
 
 
-def _expected(D: int, split: int, tiles: dict, n_stages: int, rb: int = 1, whole: bool = False) -> dict[str, int]:
+def _expected(D: int, split: int, tiles: dict, n_stages: int, rb: int = 1, whole: bool = False,
+              defer: bool = False) -> dict[str, int]:
     """Per-thread instruction counts of one build, with the loop body compiled once. A warp
     multiplies its group's slice of each tile: SUB_N = BLOCK_N / split keys, for each of its rb
     16-row blocks, from K and V fragments read once for all of them. The prologue copies
-    n_stages - 1 tiles ahead; the whole-tile copy has two of the loop's (a whole tile's, a ragged one's)."""
+    n_stages - 1 tiles ahead; the whole-tile copy has two of the loop's (a whole tile's, a ragged one's).
+    O += P V a tile later (defer) has two copies of its code, in the loop and after it (the last
+    tile's); its prologue copies the first tile's V alone, and its loop copies K and V each whole or
+    ragged."""
     bn, sub_n = tiles[D], tiles[D] // split
     q_copies, kv_copies = BLOCK_M * rb // split * D // 8 // THREADS, bn * D // 8 // THREADS
+    pv_copies = 2 if defer else 1
+    copies = (n_stages - 1 + 1 + 4) * kv_copies if defer else (n_stages - 1 + 1 + whole) * 2 * kv_copies
     return {
-        "HMMA.16816.F32": rb * ((D // 16) * (sub_n // 8) + (sub_n // 16) * (D // 8)),  # S = Q K^T, then O += P V
+        "HMMA.16816.F32": rb * ((D // 16) * (sub_n // 8) + pv_copies * (sub_n // 16) * (D // 8)),  # S = Q K^T, O += P V
         "LDSM.16.M88.4": rb * D // 16 + (D // 16) * (sub_n // 16),                    # Q once, K per tile
-        "LDSM.16.MT88.4": (sub_n // 16) * (D // 16),                                  # V, transposed
-        "LDGSTS.E.BYPASS.128": q_copies + (n_stages - 1 + 1 + whole) * 2 * kv_copies,  # prologue; loop K, V
+        "LDSM.16.MT88.4": pv_copies * (sub_n // 16) * (D // 16),                      # V, transposed
+        "LDGSTS.E.BYPASS.128": q_copies + copies,                                     # prologue; loop K, V
         "SHFL.BFLY": rb * (4 + 4),  # 2 rows x (xor 1, 2): the max in the loop, the sum once after it (below)
         # p per score, 2 corrections; the merge: 2 rows x 2 factors per other group
         "MUFU.EX2": rb * ((sub_n // 8) * 4 + 2 + 4 * (split - 1)),
@@ -282,11 +303,11 @@ def _expected(D: int, split: int, tiles: dict, n_stages: int, rb: int = 1, whole
 
 def test_sass_has_the_promised_instruction_mix(build):
     arch, _, sass, bn, st = build
-    for name, (D, split, *_rest, rb, _across, whole, _skip) in ENTRIES.items():
+    for name, (D, split, *_rest, rb, _across, whole, _skip, defer) in ENTRIES.items():
         if not _runs(name, bn):
             continue
         ops = _opcodes(sass[name])
-        for op, n in _expected(D, split, bn, entry_stages(name, st), rb, whole).items():
+        for op, n in _expected(D, split, bn, entry_stages(name, st), rb, whole, defer).items():
             assert ops[op] == n, f"{name} on {arch}: {op} x{ops[op]}, expected {n}"
         assert not any(op.startswith(("LDL", "STL")) for op in ops), f"{name}: local memory"
         assert not any(op.startswith("STG") and op != "STG.E.128" for op in ops), f"{name}: narrow stores"
@@ -323,8 +344,8 @@ def test_the_row_max_is_reduced_per_tile_and_the_row_sum_once(arch):
     """The key-tile loop (the backward branch around the MMAs, sass_loop.main_loop) holds four quad
     shuffles: the max of rows g and g+8, xor 1 and xor 2 each. Each lane keeps its own share of the
     row sum through the loop, so the sum's four shuffles run once, after it (quad_sum in the
-    epilogue; in the partial kernel's too). Every MMA is in the loop, and so is every exp2 but the
-    split merge's."""
+    epilogue; in the partial kernel's too). Every MMA is in the loop, but for step 7.13's last
+    O += P V after it, and so is every exp2 but the split merge's."""
     from attnlab.kernels.sass_loop import loop_split
 
     for kid in ("07_mma", "07_mma_split_ctas"):
@@ -335,8 +356,9 @@ def test_the_row_max_is_reduced_per_tile_and_the_row_sum_once(arch):
             D, split, rb = ((*ENTRIES[name][:2], ENTRIES[name][5]) if name in ENTRIES else (PARTIALS[name], 1, 1))
             inside, outside = loop_split(sass, name)
             assert (inside["SHFL.BFLY"], outside["SHFL.BFLY"]) == (4 * rb, 4 * rb), f"{name} on {arch}: {inside}, {outside}"
-            assert outside["HMMA.16816.F32"] == 0 and inside["HMMA.16816.F32"] > 0, f"{name} on {arch}"
             sub_n = bn[D] // split
+            last_pv = rb * (sub_n // 16) * (D // 8) if name in ENTRIES and ENTRIES[name][9] else 0
+            assert outside["HMMA.16816.F32"] == last_pv and inside["HMMA.16816.F32"] > 0, f"{name} on {arch}"
             assert (inside["MUFU.EX2"], outside["MUFU.EX2"]) == (rb * (sub_n // 2 + 2), rb * 4 * (split - 1)), \
                 f"{name} on {arch}"
 
@@ -359,9 +381,9 @@ def test_ablations_differ_only_as_intended(build):
         # loop body once). The split entries add the merge's two.
         assert om["BAR.SYNC.DEFER_BLOCKING"] == 1 and others["two_barriers"]["BAR.SYNC.DEFER_BLOCKING"] == 2
         assert others["single_buffer"]["BAR.SYNC.DEFER_BLOCKING"] == 2
-    for name, (D, split, *_rest) in ENTRIES.items():
-        if split > 1 and _runs(name, bn):
-            assert _opcodes(sass[name])["BAR.SYNC.DEFER_BLOCKING"] == 1 + 2, f"{name} on {arch}"
+    for name, (D, split, *_rest, defer) in ENTRIES.items():
+        if split > 1 and _runs(name, bn):  # step 7.13's add one before the O += P V after the loop
+            assert _opcodes(sass[name])["BAR.SYNC.DEFER_BLOCKING"] == 1 + 2 + defer, f"{name} on {arch}"
     for D in (64, 128):
         main, two, plain, single = (sass[f"attn_fwd_07_mma{kind}_d{D}"]
                                     for kind in ("", "_two_barriers", "_noswizzle", "_single_buffer"))

@@ -306,31 +306,35 @@ def test_step_7_10_passes_the_cpu_check_where_it_takes_step_7_8s_launch(causal):
     assert case.passed and not case.findings, case
 
 
-KERNEL_ONLY_STEPS = [("07_mma_lean_loop", "attn_fwd_07_mma_lean"), ("07_mma_whole_tile_copy", "attn_fwd_07_mma_whole_tiles")]
+KERNEL_ONLY_STEPS = [("07_mma_lean_loop", "attn_fwd_07_mma_lean"), ("07_mma_whole_tile_copy", "attn_fwd_07_mma_whole_tiles"),
+                     ("07_mma_pv_a_tile_later", "attn_fwd_07_mma_deferred_pv")]
+# The prefix of each step's two-row entries at D = 64: step 7.13 keeps step 7.12's there.
+TWO_ROWS_AT_64 = {"attn_fwd_07_mma_deferred_pv": "attn_fwd_07_mma_whole_tiles"}
 
 
 @pytest.mark.parametrize("kid,prefix", KERNEL_ONLY_STEPS)
 @pytest.mark.parametrize("arch,sms", [("sm_89", 58), ("sm_90", 132), ("sm_80", 108)])
-def test_steps_7_11_and_7_12_launch_step_7_10s_launch_with_their_own_kernel(kid, prefix, arch, sms):
-    """07_mma_lean_loop and 07_mma_whole_tile_copy change the kernel, not the launcher: at every shape
+def test_steps_7_11_to_7_13_launch_step_7_10s_launch_with_their_own_kernel(kid, prefix, arch, sms):
+    """07_mma_lean_loop, 07_mma_whole_tile_copy and 07_mma_pv_a_tile_later change the kernel, not the launcher: at every shape
     their grid, block, shared memory and key split are step 7.10's, and their entry is their own twin
     of step 7.10's."""
     mine_spec, ten = registry.get(kid, arch), registry.get("07_mma_even_split", arch)
     for s in ROWS_THAT_FILL + [MISSION, Shape(1, 8, 512, 128), Shape(1, 58, 100, 64), Shape(3, 5, 700, 128)]:
         mine, theirs = mine_spec.launch_config(s, sms), ten.launch_config(s, sms)
-        assert mine["entry"] == theirs["entry"].replace("attn_fwd_07_mma", prefix, 1), (arch, s)
+        own = TWO_ROWS_AT_64.get(prefix, prefix) if "_across_heads" in theirs["entry"] and s.D == 64 else prefix
+        assert mine["entry"] == theirs["entry"].replace("attn_fwd_07_mma", own, 1), (arch, s)
         assert {k: v for k, v in mine.items() if k != "entry"} == {k: v for k, v in theirs.items() if k != "entry"}
 
 
 @pytest.mark.parametrize("kid,prefix", KERNEL_ONLY_STEPS)
 @pytest.mark.parametrize("causal", [False, True])
-def test_steps_7_11_and_7_12_pass_the_cpu_check_where_they_take_step_7_8s_launch(kid, prefix, causal):
+def test_steps_7_11_to_7_13_pass_the_cpu_check_where_they_take_step_7_8s_launch(kid, prefix, causal):
     """As for step 7.10: two 128-row tiles of one head per SM, so that each runs its two-row-block
     entry. L = 228 makes four 64-key tiles: the prologue copies the first, the loop the two whole ones
     (load_whole_tile) and the ragged last one (load_tile, with its row tests)."""
     from attnlab.executor import cpu
 
     spec, shape = registry.get(kid, "sm_89"), Shape(1, gpus.sm_count()[0], 228, 64)
-    assert spec.launch_config(shape)["entry"] == f"{prefix}_across_heads_d64"
+    assert spec.launch_config(shape)["entry"] == f"{TWO_ROWS_AT_64.get(prefix, prefix)}_across_heads_d64"
     case = cpu.check_case_cpu(spec, shape, causal, 0)
     assert case.passed and not case.findings, case

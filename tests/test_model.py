@@ -297,6 +297,27 @@ def test_the_lines_trips_give_back_the_executors_tensor_core_count(kernel, arch,
     assert all((per_line[line] < trips).any() == causal for line in hmma_lines)
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_the_mma_after_step_7_13s_loop_counts_once_per_warp(causal):
+    """Step 7.13 runs the last tile's O += P V after the key-tile loop: the loop's HMMA on their
+    lines' trips, and those after it once per warp of every CTA, give back the executor's mma.sync
+    count (trip_problem says nothing); the stalls after the loop are counted apart, and step 7.13's
+    code there holds a warp longer than step 7.12's, which has no HMMA outside its loop."""
+    from attnlab.executor.trace import trace
+    from attnlab.model import issue
+
+    t = trace("07_mma_deferred_pv", Shape(1, 2, 512, 64), causal, arch="sm_90", sms=8)  # no split
+    launch = t.launches[0]
+    loop = issue.loop_shape("07_mma_deferred_pv", "sm_90", launch.entry)
+    assert launch.entry == "attn_fwd_07_mma_deferred_pv_d64" and loop.why_not is None
+    assert loop.markers_outside == (64 // 16) * (64 // 8)  # one 64-key tile's O += P V at D = 64
+    assert issue.trip_problem(loop, launch) is None
+    in_loop = issue.marker_runs(loop, launch)
+    assert in_loop + loop.markers_outside * 4 == pytest.approx(t.per_cta("tensor_flops") / MMA_FLOPS)
+    before = issue.loop_shape("07_mma_whole_tiles", "sm_90", "attn_fwd_07_mma_whole_tiles_d64")
+    assert before.markers_outside == 0 and 0 < before.stalls_outside < loop.stalls_outside
+
+
 def test_the_copy_runs_on_all_but_the_last_stages_trips_and_q_on_the_first():
     """Step 7.8 on sm_90 (3 stages) at L = 512, 64-key tiles: 8 trips per warp (causal: as many as
     the CTA's diagonal needs). The copy of the next tile (under `if (next < tile1)`) runs on all

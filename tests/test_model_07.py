@@ -81,6 +81,7 @@ class Variant:
     across_heads: bool = False
     whole_tiles: bool = False   # the same arithmetic: a copy without row tests of rows inside L
     skip_rescale: bool = False  # the same arithmetic: a skipped rescale multiplies by exactly 1
+    defer_pv: bool = False      # the same arithmetic: O's adds and rescales in the same order, a tile later
 
     @property
     def block_m(self) -> int:  # query rows per CTA: 16 per row block, row_blocks per warp of one group
@@ -106,14 +107,15 @@ ARCH_TILES = sorted({(D, tiles.get(f"ATTN07_BLOCK_N_D{D}", _const(f"BLOCK_N_D{D}
 
 def _variants() -> dict[str, Variant]:
     """Every ATTN07_ENTRY(name, D, BLOCK_N, KV_SPLIT, SWIZZLE, STAGES, ONE_BARRIER, LONGEST_FIRST, ROW_BLOCKS,
-    ACROSS_HEADS, WHOLE_TILES, SKIP_RESCALE) of the source
+    ACROSS_HEADS, WHOLE_TILES, SKIP_RESCALE, DEFER_PV) of the source
     with its own tiles, and again as "name@BLOCK_N/STAGES" with each other architecture's tiles at
     its D (an entry with a fixed number of stages keeps it). A split whose slice of the tile is not
     whole 16-key steps compiles to nothing and is left out."""
     out = {}
     for m in re.finditer(r"^ATTN07_ENTRY\((attn_fwd_07_\w+), (\d+), (\w+), (\d+), (true|false), (\w+), "
-                         r"(true|false), (true|false), ([12]), (true|false), (true|false), (true|false)\)$", SRC, re.M):
-        name, d, bn, split, sw, st, ob, lf, rb, across, whole, skip = m.groups()
+                         r"(true|false), (true|false), ([12]), (true|false), (true|false), (true|false), (true|false)\)$",
+                         SRC, re.M):
+        name, d, bn, split, sw, st, ob, lf, rb, across, whole, skip, defer = m.groups()
         tiles = [(_value(bn), _value(st))] + [(t, s if not st.isdigit() else int(st))
                                               for D, t, s in ARCH_TILES if D == int(d)]
         for i, (tile, stages) in enumerate(dict.fromkeys(tiles)):
@@ -121,7 +123,7 @@ def _variants() -> dict[str, Variant]:
                 label = name if i == 0 else f"{name}@{tile}/{stages}"
                 out[label] = Variant(name, int(d), tile, int(split), sw == "true", stages, ob == "true",
                                      lf == "true", int(rb), across == "true", whole == "true",
-                                     skip == "true")
+                                     skip == "true", defer == "true")
     return out
 
 

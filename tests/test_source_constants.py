@@ -41,5 +41,6 @@ def test_macro_calls_name_each_entrys_arguments_by_the_macros_parameters():
     assert calls["attn_fwd_07_mma_plain_d128"] == {"D": "128", "BLOCK_N": "BLOCK_N_D128", "KV_SPLIT": "1",
                                                    "SWIZZLE": "false", "STAGES": "1", "ONE_BARRIER": "false",
                                                    "LONGEST_FIRST": "false", "ROW_BLOCKS": "1", "ACROSS_HEADS": "false",
-                                                   "WHOLE_TILES": "false", "SKIP_RESCALE": "false"}
+                                                   "WHOLE_TILES": "false", "SKIP_RESCALE": "false",
+                                                   "DEFER_PV": "false"}
     assert len(calls) == (registry.get("07_mma").path.read_text().count("\nATTN07_ENTRY(attn_fwd"))

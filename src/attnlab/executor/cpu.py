@@ -33,7 +33,7 @@ CPU_SCHEDULE_SEEDS: tuple[int, ...] = (0, 1, 2)
 #    (three on sm_90 at D = 64, where 641 is the shortest row of two heads that wraps it).
 #  - chapter 7's steps 7.7 and 7.8 (128-row query tiles at D = 64) split the keys 4 ways at every
 #    base length of two heads on 58 SMs, and 2 ways first at L = 984: without it their 2-way entries
-#    never run. Steps 7.11's and 7.12's two kernels likewise: the two-row one at 984, the one-row one
+#    never run. Steps 7.11's, 7.12's and 7.13's two kernels likewise: the two-row one at 984, the one-row one
 #    (64-row tiles, whose 2-way entries only the fixed-split ids run for step 7.6) at 500 (eight tiles
 #    a head).
 # Every other kernel's loop unit (key tile x K/V stages: at most 64 x 3 = 192 keys) wraps inside
@@ -41,7 +41,9 @@ CPU_SCHEDULE_SEEDS: tuple[int, ...] = (0, 1, 2)
 CPU_LONG_LENGTHS: dict[str, tuple[int, ...]] = {"04_cublas_hybrid": (300, 513, 520), "07_mma_split_ctas": (641,),
                                                 "07_mma_two_row_blocks": (984,), "07_mma_across_heads": (984,),
                                                 "07_mma_lean": (500,), "07_mma_lean_across_heads": (984,),
-                                                "07_mma_whole_tiles": (500,), "07_mma_whole_tiles_across_heads": (984,)}
+                                                "07_mma_whole_tiles": (500,), "07_mma_whole_tiles_across_heads": (984,),
+                                                "07_mma_deferred_pv": (500,), "07_mma_deferred_pv_across_heads": (984,),
+                                                "07_mma_deferred_pv_two_rows": (984,)}
 
 
 def cpu_shapes(spec: KernelSpec) -> list[Shape]:

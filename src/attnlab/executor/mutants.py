@@ -83,10 +83,11 @@ MUTANTS: tuple[Mutant, ...] = (
            "the reversed launch order is off by one: the first CTA takes a query tile past the last, the "
            "first tile is never computed"),
     Mutant("07-tile-skip", "07_mma_swizzle.cu",
-           "if (!causal || k0 <= warp_row0 + WARP_ROWS - 1) {", "if (!causal || k0 < warp_row0) {",
+           "if (DEFER_PV || !causal || k0 <= warp_row0 + WARP_ROWS - 1) {", "if (DEFER_PV || !causal || k0 < warp_row0) {",
            ("07_mma", "07_mma_plain"), "a warp skips the key tile that holds its own diagonal"),
     Mutant("07-tile-skip-second-block", "07_mma_swizzle.cu",
-           "if (!causal || k0 <= warp_row0 + WARP_ROWS - 1) {", "if (!causal || k0 <= warp_row0 + 15) {",
+           "if (DEFER_PV || !causal || k0 <= warp_row0 + WARP_ROWS - 1) {",
+           "if (DEFER_PV || !causal || k0 <= warp_row0 + 15) {",
            ("07_mma_two_row_blocks",),
            "a warp of two row blocks skips a key tile by its first block's rows: the second block's diagonal tile goes unseen"),
     Mutant("07-across-heads-pair", "07_mma_swizzle.cu",
@@ -102,6 +103,18 @@ MUTANTS: tuple[Mutant, ...] = (
            ("07_mma_lean_loop", "07_mma_whole_tile_copy"),
            "the lean loop copies a ragged last K/V tile as a whole one: its rows past L are read past the head "
            "(past the tensor, for the last head) instead of zero-filled"),
+    Mutant("07-deferred-ragged-tile", "07_mma_swizzle.cu",
+           "if ((v_next + 1) * BLOCK_N <= L)", "if (v_next * BLOCK_N < L)", ("07_mma_deferred_pv",),
+           "step 7.13's copy of V, a tile behind K's, takes a ragged last V tile as a whole one: its rows past L are "
+           "read past the head instead of zero-filled"),
+    Mutant("07-deferred-drain", "07_mma_swizzle.cu",
+           "// and everyone's\n        add_pv_prev(prev_stage);", "// and everyone's", ("07_mma_deferred_pv",),
+           "step 7.13 leaves the loop with the last tile's O += P V still owed: its keys never reach O"),
+    Mutant("07-deferred-skip", "07_mma_swizzle.cu",
+           "if (DEFER_PV || !causal || k0 <= warp_row0 + WARP_ROWS - 1) {",
+           "if (!causal || k0 <= warp_row0 + WARP_ROWS - 1) {", ("07_mma_deferred_pv_two_rows",),
+           "step 7.13 keeps the causal skip of a slice past the warp's rows, and with it the O += P V of the tile "
+           "before, which the skipped block was to add"),
     Mutant("07-lean-rescale-vote", "07_mma_swizzle.cu",
            "if (!__any_sync(0xffffffffu, m_new != m_run[mb][h])) continue;",
            "if (!__all_sync(0xffffffffu, m_new != m_run[mb][h])) continue;", ("07_mma_lean_loop",),
@@ -144,8 +157,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "with one stage, the barrier publishes tile j before this thread's copies of it have landed"),
     Mutant("07-prefetch-before-barrier", "07_mma_swizzle.cu",
            "                __syncthreads();  // one barrier per tile: everyone's have, and every warp is done with tile j-1\n"
-           "                if (next < tile1) {",
-           "                if (next < tile1) {",
+           "                if constexpr (DEFER_PV) {",
+           "                if constexpr (DEFER_PV) {",
            ("07_mma_nosplit",),
            "one barrier per tile, but the prefetch is issued before it: it refills the stage of tile j-1 "
            "while slower warps still multiply it, and nothing publishes tile j"),
@@ -154,6 +167,9 @@ MUTANTS: tuple[Mutant, ...] = (
            "#pragma unroll\n    for (int mb = 0; mb < ROW_BLOCKS; ++mb) {\n        float inv_l[2];", ("07_mma_nosplit",),
            "with one barrier per tile nothing orders the epilogue's staging of O after the lanes' ldmatrix "
            "of the same Q rows (a CTA of one key tile: no later barrier does it either)"),
+    Mutant("07-deferred-drain-barrier", "07_mma_swizzle.cu",
+           _drop("    __syncthreads();           // and everyone's"), "", ("07_mma_deferred_pv",),
+           "step 7.13's last O += P V reads the last V tile before the other threads' copies of it are visible"),
     Mutant("07-merge-barrier", "07_mma_swizzle.cu",
            _drop("        __syncthreads();  // the partials are written"), "",
            ("07_mma_split2",),
@@ -170,6 +186,11 @@ MUTANTS: tuple[Mutant, ...] = (
            "attn::cp_async_wait<STAGES - 2>();", "attn::cp_async_wait<STAGES - 1>();", ("07_mma_nosplit@sm_90",),
            "with three stages the one-barrier loop waits as if the prefetch of this iteration were issued: "
            "tile j may still be in flight"),
+    Mutant("07-deferred-v-stage", "07_mma_swizzle.cu",
+           "v_stage = (stage + STAGES - 2) % STAGES;", "v_stage = next_stage;",
+           ("07_mma_deferred_pv@sm_90",),
+           "step 7.13 refills tile j-1's V stage, as the K copy does, though tile j-1's O += P V is still to read it "
+           "this trip"),
     Mutant("07-stage-rotation", "07_mma_swizzle.cu",
            "next_stage = stage == 0 ? STAGES - 1 : stage - 1;", "next_stage = stage + 1 == STAGES ? 0 : stage + 1;",
            ("07_mma_nosplit@sm_90",),

@@ -1,7 +1,7 @@
 """Chapter 7's steps as code: the kernel of each step, and what changed since the step before.
 
 Every step is kernels/07_mma_swizzle.cu built with its own template switches (SWIZZLE, STAGES,
-ONE_BARRIER, LONGEST_FIRST, KV_SPLIT, ROW_BLOCKS, ACROSS_HEADS, WHOLE_TILES, SKIP_RESCALE), named
+ONE_BARRIER, LONGEST_FIRST, KV_SPLIT, ROW_BLOCKS, ACROSS_HEADS, WHOLE_TILES, SKIP_RESCALE, DEFER_PV), named
 once, in the step's `ATTN07_ENTRY` line of the source.
 The compiler drops the branches a switch turns off; `step_source` drops them the same way in the
 text, so a reader sees the kernel each step builds: the `if constexpr` branches that do not apply
@@ -25,7 +25,7 @@ ENTRY_MACRO = "ATTN07_ENTRY"
 # The template switches a step sets, in the order the code view lists them. D and BLOCK_N are
 # sizes, not techniques: they stay symbolic.
 SWITCHES = ("SWIZZLE", "STAGES", "ONE_BARRIER", "LONGEST_FIRST", "KV_SPLIT", "ROW_BLOCKS", "ACROSS_HEADS",
-            "WHOLE_TILES", "SKIP_RESCALE")
+            "WHOLE_TILES", "SKIP_RESCALE", "DEFER_PV")
 # The helpers of the source a switch brings in, shown with the kernel where it is on.
 HELPERS = {"WHOLE_TILES": "template <int D, int ROWS, bool SWIZZLE>\n__device__ __forceinline__ void load_whole_tile("}
 # Chapter 7's steps never take FlashAttention-2's partial route (that is 07_mma_split_ctas).
@@ -42,13 +42,25 @@ def step_of(key: Step | str) -> Step:
     raise KeyError(f"no chapter-7 step {key!r}; steps: {', '.join(s.number for s in STEPS_07)}")
 
 
-def shown_entry(step: Step | str) -> str:
-    """The extern "C" entry whose code stands for the step (at D = 64): for the key split, the
-    2-way split's, the smallest split that runs its merge."""
+def shown_entry(step: Step | str, head_dim: int | None = None) -> str:
+    """The extern "C" entry whose code stands for the step at `head_dim` (shown_head_dim without
+    one): for the key split, the 2-way split's, the smallest split that runs its merge."""
     spec = get(step_of(step).kernel_id, "sm_89")
+    D = head_dim or shown_head_dim(step)
     if spec.entries_by_split:
-        return spec.entries_by_split[min(spec.entries_by_split)][64]
-    return spec.entry_for(64)
+        return spec.entries_by_split[min(spec.entries_by_split)][D]
+    return spec.entry_for(D)
+
+
+def shown_head_dim(step: Step | str) -> int:
+    """The head dim whose code stands for the step: 64, unless the step runs the step before's
+    entries there (step 7.13 at D = 64, whose two row blocks keep step 7.12's), then 128."""
+    s = step_of(step)
+    before = previous(s)
+    if before is None or s.rule is not None:
+        return 64
+    same = entry_switches(shown_entry(s, 64)) == entry_switches(shown_entry(before, 64))
+    return 128 if same else 64
 
 
 def entry_switches(entry: str) -> dict[str, int | bool]:
@@ -62,9 +74,10 @@ def entry_switches(entry: str) -> dict[str, int | bool]:
             for param, arg in calls[entry].items()}
 
 
-def step_switches(step: Step | str) -> dict[str, int | bool]:
-    """The step's switches (SWITCHES), from the source, with the L4's tiles."""
-    values = entry_switches(shown_entry(step))
+def step_switches(step: Step | str, head_dim: int | None = None) -> dict[str, int | bool]:
+    """The step's switches (SWITCHES) at `head_dim` (shown_head_dim without one), from the source,
+    with the L4's tiles."""
+    values = entry_switches(shown_entry(step, head_dim))
     return {name: values[name] for name in SWITCHES}
 
 
@@ -214,9 +227,17 @@ def _resolve_ternary(text: str, start: int, values: dict) -> tuple[str, int]:
     return text[:start] + chosen + text[close:], start
 
 
+# A paragraph of declarations only one bool switch uses (a variable must outlive the `if constexpr`
+# that fills it): it opens with a comment line "// Only with SWITCH ..." and ends at the first blank
+# line; it goes where the switch is false.
+_ONLY_WITH = re.compile(r"^[ \t]*// Only with (\w+)\b.*\n(?:[ \t]*\S.*\n)*(?:[ \t]*\n)?", re.M)
+
+
 def specialize(text: str, values: dict) -> str:
     """`text` as the compiler sees it with the template switches `values`: every `if constexpr`
-    over them resolved, every `(SWITCH ? a : b)` chosen. What names anything else stays."""
+    over them resolved, every `(SWITCH ? a : b)` and `if (SWITCH || rest)` decided, every "Only with
+    SWITCH" paragraph of a switch that is off dropped. What names anything else stays."""
+    text = _ONLY_WITH.sub(lambda m: m.group(0) if values.get(m.group(1), True) else "", text)
     i = 0
     while (m := re.compile(r"if constexpr \(").search(text, i)) is not None:
         done = _resolve_if(text, m.start(), values)
@@ -225,6 +246,11 @@ def specialize(text: str, values: dict) -> str:
     pattern = re.compile(rf"\((?:{names}) \? ")
     while (m := pattern.search(text)) is not None:
         text, _ = _resolve_ternary(text, m.start(), values)
+    # `if (SWITCH || rest)`: `if (rest)` with the switch off, `if (true)` with it on
+    pattern = re.compile(rf"\bif \(({names}) \|\| ")
+    while (m := pattern.search(text)) is not None:
+        close = _match(text, m.end() - len(m.group(1)) - 5)
+        text = text[:m.start()] + ("if (true)" if values[m.group(1)] else "if (" + text[m.end():close]) + text[close:]
     return text
 
 
@@ -236,11 +262,11 @@ def _function(text: str, signature: str) -> str:
     return text[start:_line_end(text, _match(text, body))]
 
 
-def step_source(step: Step | str) -> str:
-    """The code of one step: its switches, attn::tile_offset (kernels/swizzle.cuh), the helpers its
-    switches bring in (HELPERS) and the kernel's body (attn_fwd_07), with every branch the switches
-    decide resolved."""
-    values = {**entry_switches(shown_entry(step)), **FIXED}
+def step_source(step: Step | str, head_dim: int | None = None) -> str:
+    """The code of one step at `head_dim` (shown_head_dim without one): its switches,
+    attn::tile_offset (kernels/swizzle.cuh), the helpers its switches bring in (HELPERS) and the
+    kernel's body (attn_fwd_07), with every branch the switches decide resolved."""
+    values = {**entry_switches(shown_entry(step, head_dim)), **FIXED}
     values = {name: values[name] for name in (*SWITCHES, *FIXED)}
     swizzle_h = (kernels_dir() / "swizzle.cuh").read_text()
     kernel = (kernels_dir() / SOURCE).read_text()
@@ -253,9 +279,10 @@ def step_source(step: Step | str) -> str:
 
 
 def step_diff(before: Step | str, after: Step | str, context: int = 2) -> str:
-    """The unified diff from one step's code to the next's."""
+    """The unified diff from one step's code to the next's, both at the later step's shown head dim."""
     a, b = step_of(before), step_of(after)
-    lines = difflib.unified_diff(step_source(a).splitlines(keepends=True), step_source(b).splitlines(keepends=True),
+    D = shown_head_dim(b)
+    lines = difflib.unified_diff(step_source(a, D).splitlines(keepends=True), step_source(b, D).splitlines(keepends=True),
                                  fromfile=f"{a.number} {a.kernel_id}", tofile=f"{b.number} {b.kernel_id}",
                                  n=context)
     return "".join(lines)

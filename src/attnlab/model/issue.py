@@ -17,7 +17,8 @@ body computes once) left out. A CTA then issues
 an instruction with no line inside the body (the loop's own test and increment, code hoisted into
 it), or at a line whose CPU code the host compiler hoisted, counted on every trip, and every
 instruction outside the loop once per warp. The HMMA among them, so counted, must come to the
-executor's own count of mma.sync: a SASS loop that is not one trip of the source's (unrolled) fails it. That holds where
+executor's own count of mma.sync (those outside the loop, such as step 7.13's last O += P V after it,
+once per warp): a SASS loop that is not one trip of the source's (unrolled) fails it. That holds where
 the loop is the whole of the hot path: no loop inside it (whose trip count the listing does not
 give), none around it (whose other instructions it would miss) and no second copy of it (a version
 the compiler made for another path, of which the listing does not say which runs). Elsewhere the
@@ -41,7 +42,7 @@ from ..executor.counts import LaunchCounts
 from ..executor.trace import MMA_FLOPS
 from ..executor.trips import for_statements
 from ..kernels import registry, sass_control, sass_lines, sass_loop
-from ..kernels.static import build, opcode
+from ..kernels.static import build, main_path, opcode
 from ..paths import kernels_dir
 
 MARKERS = ("HMMA", "MUFU.EX2")
@@ -64,6 +65,8 @@ class LoopShape:
     # The same lines with the cycles their instructions hold a warp (sass_control: each one's stall,
     # at least 1).
     stall_parts: tuple[tuple[str | None, int], ...] = ()
+    markers_outside: int = 0     # of the marker outside the loop, on a converged warp's path
+    stalls_outside: int = 0      # the cycles the stalls of those instructions outside it hold a warp (sass_control)
 
     @property
     def every_trip(self) -> int:
@@ -136,8 +139,12 @@ def loop_shape(kernel: str, arch: str, entry: str) -> LoopShape:
                 parts[place] += 1
                 marked[place] += opcode(instruction).startswith(marker)
                 stalls[place] += control[off].cycles
+        path = lines[:len(main_path([ins for _, ins in lines]))]
         return LoopShape(entry, arch, marker, markers(loop), sum(ins.values()), sum(out.values()), why, head,
-                         _sorted(parts), _sorted(+marked), _sorted(stalls))
+                         _sorted(parts), _sorted(+marked), _sorted(stalls),
+                         sum(n for op, n in out.items() if op.startswith(marker)),
+                         sum(control[off].cycles for off, ins in path
+                             if not loop[0] <= off <= loop[1] and off in control and not ins.startswith("@!PT ")))
     return LoopShape(entry, arch, None, 0, 0, 0, "no loop holds an HMMA or a MUFU.EX2")
 
 
@@ -181,10 +188,13 @@ def _problem(shape: LoopShape, launch: LaunchCounts, measured) -> str | None:
         return (f"the executor counted no trips of the key-tile loop ({shape.head}) for {shape.entry}"
                 if launch.entry == shape.entry else f"the counts are {launch.entry}'s, the SASS {shape.entry}'s")
     if shape.marker == "HMMA":
-        got, want = _issued(shape.marker_parts, *measured).sum(), launch.block_field("tensor_flops").sum() / MMA_FLOPS
+        warps = launch.block[0] * launch.block[1] * launch.block[2] // 32
+        outside = shape.markers_outside * warps * (measured[1] > 0).sum()  # once per warp of each CTA that loops
+        got = _issued(shape.marker_parts, *measured).sum() + outside
+        want = launch.block_field("tensor_flops").sum() / MMA_FLOPS
         if abs(got - want) > 0.01 * max(want, 1):
-            return (f"the loop's HMMA issued on its lines' trips ({got:,.0f}) are not the executor's mma.sync "
-                    f"count ({want:,.0f}): the SASS loop is not one trip of the source's")
+            return (f"the loop's HMMA issued on its lines' trips, with those outside it ({got:,.0f}), are not the "
+                    f"executor's mma.sync count ({want:,.0f}): the SASS loop is not one trip of the source's")
     return None
 
 

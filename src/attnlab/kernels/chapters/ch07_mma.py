@@ -28,8 +28,10 @@ MAX_STAGES = 3                # and the most stages it gives
 # them for every tile arch_tiles may take, which counts resident CTAs with it (FA2's route
 # takes those tiles or less, cta_split_tiles). tests/test_kernel_07_static.py holds each
 # build to it. Registers move between CUDA toolkits: a build over the bound fails that test, and
-# the bound moves with it.
-REGISTERS = {64: 160, 128: 236}
+# the bound moves with it. Step 7.13's entries set it (their P of the tile before, held across a
+# trip: up to 167 at D = 64, under the 168 that still let three CTAs share an sm_90 SM, and 241 at
+# D = 128).
+REGISTERS = {64: 168, 128: 244}
 # And of step 7.7's entries with two 16-row blocks per warp (D = 64 only): two CTAs of 128 threads
 # may hold 255 registers each (256 in the allocation's steps of 8), and ptxas takes nearly all of
 # them (step 7.11's lean entry 253 on sm_80, the others 250 or fewer): the bound is that ceiling.
@@ -358,19 +360,20 @@ for _kid, _suffix, _stages, _title, _summary in (
     ))
 
 
-# The steps past 07_mma (7.7, 7.8): the entries named {prefix}_d{D} and {prefix}_split{s}_d{D} in
-# the source; where a head dim has none, 07_mma's (the same template switches: step 7.7 at D = 128,
-# whose two row blocks' accumulators would pass 255 registers). The row blocks per head dim are
-# those of the source's ATTN07_ENTRY lines.
+# The steps past 07_mma (7.7, 7.8, ...): the entries named {prefix}_d{D} and {prefix}_split{s}_d{D}
+# in the source; where a head dim has none, those of `fallback`, the step whose entries it runs there
+# (07_mma's for step 7.7 at D = 128, whose two row blocks' accumulators would pass 255 registers).
+# The row blocks per head dim are those of the source's ATTN07_ENTRY lines.
 
 
 @dataclass(frozen=True)
 class LaterStep:
     prefix: str  # the source's entry names start with it
+    fallback: str = "attn_fwd_07_mma"  # the prefix of the entries it runs at a head dim it has none of
 
     @property
     def entries(self) -> dict[int, str]:
-        return {D: f"{self.prefix}_d{D}" if f"{self.prefix}_d{D}" in _ENTRIES else f"attn_fwd_07_mma_d{D}"
+        return {D: f"{self.prefix}_d{D}" if f"{self.prefix}_d{D}" in _ENTRIES else f"{self.fallback}_d{D}"
                 for D in (64, 128)}
 
     @property
@@ -380,11 +383,11 @@ class LaterStep:
     @property
     def split_entries(self) -> dict[int, dict[int, str]]:
         """split -> (D -> entry) of the key splits past 1 the step runs: its own entries, and
-        07_mma's at a head dim where the step runs 07_mma's."""
+        its fallback's at a head dim where the step runs those."""
         out: dict[int, dict[int, str]] = {}
         for name, args in _ENTRIES.items():
             s, D = int(args["KV_SPLIT"]), int(args["D"])
-            inherited = name == f"attn_fwd_07_mma_split{s}_d{D}" and self.entries[D] == f"attn_fwd_07_mma_d{D}"
+            inherited = name == f"{self.fallback}_split{s}_d{D}" and self.entries[D] == f"{self.fallback}_d{D}"
             if s > 1 and (name == f"{self.prefix}_split{s}_d{D}" or inherited):
                 out.setdefault(s, {})[D] = name
         return {s: dict(sorted(out[s].items())) for s in sorted(out)}
@@ -409,6 +412,16 @@ WHOLE_TILES = LaterStep("attn_fwd_07_mma_whole_tiles")
 WHOLE_TILES_ACROSS_HEADS = LaterStep("attn_fwd_07_mma_whole_tiles_across_heads")
 WHOLE_TILES_SUMMARY = "with step 7.11's whole-tile copy of K and V (no row tests inside L) and the rescale of O " \
                       "on every tile, as before step 7.11"
+# Step 7.13's: step 7.12's with each tile's O += P V a tile later, between the next tile's scores and
+# its softmax (below).
+DEFERRED_PV = LaterStep("attn_fwd_07_mma_deferred_pv")
+DEFERRED_PV_ACROSS_HEADS = LaterStep("attn_fwd_07_mma_deferred_pv_across_heads",
+                                     fallback="attn_fwd_07_mma_whole_tiles_across_heads")  # at D = 64
+# The ablation that weighs the deferral with two row blocks at D = 64, where step 7.13 keeps step 7.12's
+# entries (07_mma_deferred_pv_two_rows: step 7.13's two-row launch with the deferral there too).
+DEFERRED_PV_TWO_ROWS = LaterStep("attn_fwd_07_mma_deferred_pv_two_rows", fallback="attn_fwd_07_mma_deferred_pv_across_heads")
+DEFERRED_PV_SUMMARY = "with each tile's O += P V a tile later: its MMAs run between the next tile's scores and " \
+                      "their softmax, which does not wait on them"
 
 for _kid, _step, _title, _summary, _extra in (
         ("07_mma_two_row_blocks", TWO_ROWS, "two row blocks per warp",
@@ -424,7 +437,16 @@ for _kid, _step, _title, _summary, _extra in (
         ("07_mma_whole_tiles", WHOLE_TILES, "one row block, whole-tile copy",
          f"step 7.6 (one row block, its key split) {WHOLE_TILES_SUMMARY}", {}),
         ("07_mma_whole_tiles_across_heads", WHOLE_TILES_ACROSS_HEADS, "two row blocks, whole-tile copy",
-         f"step 7.8 {WHOLE_TILES_SUMMARY}", {"causal_heads_first": True})):
+         f"step 7.8 {WHOLE_TILES_SUMMARY}", {"causal_heads_first": True}),
+        ("07_mma_deferred_pv", DEFERRED_PV, "one row block, O += P V a tile later",
+         f"07_mma_whole_tiles (step 7.12's one-row launch) {DEFERRED_PV_SUMMARY}", {}),
+        ("07_mma_deferred_pv_across_heads", DEFERRED_PV_ACROSS_HEADS, "two row blocks, O += P V a tile later",
+         f"07_mma_whole_tiles_across_heads (step 7.12's two-row launch) {DEFERRED_PV_SUMMARY} (at D = 128; "
+         "at D = 64, two row blocks, step 7.12's)",
+         {"causal_heads_first": True}),
+        ("07_mma_deferred_pv_two_rows", DEFERRED_PV_TWO_ROWS, "two row blocks, O += P V a tile later at both head dims",
+         f"ablation of step 7.13's two-row launch: 07_mma_whole_tiles_across_heads {DEFERRED_PV_SUMMARY}, at D = 64 "
+         "too, where step 7.13 keeps step 7.12's loop", {"causal_heads_first": True})):
     register(KernelSpec(
         id=_kid,
         title=f"Swizzle + double buffer, {_title}",
@@ -525,6 +547,23 @@ def whole_tile_geometry(config: dict) -> dict:
     return even_split_geometry(config, WHOLE_TILES, WHOLE_TILES_ACROSS_HEADS)
 
 
+# Step 7.13: step 7.12 with each tile's O += P V a tile later (DEFER_PV). At the large shapes on sm_90
+# the model bounds steps 7.6-7.12 by the waits each warp's instructions leave, which a scheduler's
+# warps take in turn: more warps per SM buy nothing there, more independent work inside a warp may.
+# The MMAs of tile j-1's O += P V depend on nothing tile j's softmax computes, so they go between tile
+# j's scores and its softmax, and ptxas may fill the softmax's waits with them (FlashAttention-3's
+# intra-warpgroup overlap, here with mma.sync). The price: P of one tile held in registers (fp16) and
+# V of one more tile held in shared memory (its stage is refilled a trip later). With two row blocks
+# (D = 64) the held P takes ptxas to 255 registers and the model predicts a loss: the step keeps step
+# 7.12's two-row entries there.
+DEFERRED_PV_LAUNCHES = ("07_mma_deferred_pv", "07_mma_deferred_pv_across_heads")
+
+
+def deferred_pv_geometry(config: dict) -> dict:
+    """Step 7.10's launcher over the deferred O += P V entries."""
+    return even_split_geometry(config, DEFERRED_PV, DEFERRED_PV_ACROSS_HEADS)
+
+
 for _kid, _geometry, _launches, _two_rows, _title, _summary in (
         ("07_mma_rows_that_fill", rows_that_fill_geometry, ROWS_THAT_FILL, ACROSS_HEADS,
          "two row blocks where they fill the GPU",
@@ -537,7 +576,9 @@ for _kid, _geometry, _launches, _two_rows, _title, _summary in (
         ("07_mma_lean_loop", lean_geometry, LEAN_LAUNCHES, LEAN_ACROSS_HEADS, "lean key-tile loop",
          f"step 7.10's launches {LEAN_SUMMARY}"),
         ("07_mma_whole_tile_copy", whole_tile_geometry, WHOLE_TILE_LAUNCHES, WHOLE_TILES_ACROSS_HEADS,
-         "whole-tile copy without the vote", f"step 7.10's launches {WHOLE_TILES_SUMMARY}")):
+         "whole-tile copy without the vote", f"step 7.10's launches {WHOLE_TILES_SUMMARY}"),
+        ("07_mma_pv_a_tile_later", deferred_pv_geometry, DEFERRED_PV_LAUNCHES, DEFERRED_PV_ACROSS_HEADS,
+         "O += P V a tile later", f"step 7.12's launches {DEFERRED_PV_SUMMARY}")):
     register(KernelSpec(
         id=_kid,
         title=f"Swizzle + double buffer, {_title}",
@@ -582,6 +623,7 @@ STEPS_07: tuple[Step, ...] = (
          rule=even_split_geometry),
     Step("7.11", "07_mma_lean_loop", "Less scalar work per key tile", "ch07_11_lean_loop"),
     Step("7.12", "07_mma_whole_tile_copy", "The whole-tile copy without the vote", "ch07_12_whole_tile_copy"),
+    Step("7.13", "07_mma_pv_a_tile_later", "O += P V a tile later, under the softmax", "ch07_13_pv_a_tile_later"),
 )
 # The climb's parts, each named by the step it starts at: steps 7.1-7.6 build FlashAttention-2's
 # schedule on mma.sync (and its key split); from step 7.7 on, the steps go past it. The overview's
