@@ -61,12 +61,17 @@ def loop_body(lines: list[tuple[int, str]], loop: tuple[int, int]) -> list[tuple
     return [(off, ins) for off, ins in kept if loop[0] <= off <= loop[1] and not ins.startswith("@!PT ")]
 
 
-def inside_and_outside(lines: list[tuple[int, str]], loop: tuple[int, int]) -> tuple[Counter, Counter]:
-    """Opcode counts inside `loop` (loop_body) and outside it, over the path a converged warp runs
-    and without never-executed padding (@!PT)."""
+def outside_loop(lines: list[tuple[int, str]], loop: tuple[int, int]) -> list[tuple[int, str]]:
+    """(offset, instruction) outside `loop` on the path a converged warp runs, without
+    never-executed padding (@!PT): loop_body's complement."""
     kept = lines[:len(main_path([ins for _, ins in lines]))]
+    return [(off, ins) for off, ins in kept if not loop[0] <= off <= loop[1] and not ins.startswith("@!PT ")]
+
+
+def inside_and_outside(lines: list[tuple[int, str]], loop: tuple[int, int]) -> tuple[Counter, Counter]:
+    """Opcode counts inside `loop` (loop_body) and outside it (outside_loop)."""
     return (function_opcodes([ins for _, ins in loop_body(lines, loop)]),
-            function_opcodes([ins for off, ins in kept if not loop[0] <= off <= loop[1]]))
+            function_opcodes([ins for _, ins in outside_loop(lines, loop)]))
 
 
 def loop_split(sass: str, function: str, marker: str = "HMMA") -> tuple[Counter, Counter]:

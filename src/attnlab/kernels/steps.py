@@ -249,7 +249,7 @@ def specialize(text: str, values: dict) -> str:
     # `if (SWITCH || rest)`: `if (rest)` with the switch off, `if (true)` with it on
     pattern = re.compile(rf"\bif \(({names}) \|\| ")
     while (m := pattern.search(text)) is not None:
-        close = _match(text, m.end() - len(m.group(1)) - 5)
+        close = _match(text, m.start(1) - 1)  # the if's own parenthesis
         text = text[:m.start()] + ("if (true)" if values[m.group(1)] else "if (" + text[m.end():close]) + text[close:]
     return text
 

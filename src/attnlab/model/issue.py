@@ -42,7 +42,7 @@ from ..executor.counts import LaunchCounts
 from ..executor.trace import MMA_FLOPS
 from ..executor.trips import for_statements
 from ..kernels import registry, sass_control, sass_lines, sass_loop
-from ..kernels.static import build, main_path, opcode
+from ..kernels.static import build, opcode
 from ..paths import kernels_dir
 
 MARKERS = ("HMMA", "MUFU.EX2")
@@ -139,12 +139,10 @@ def loop_shape(kernel: str, arch: str, entry: str) -> LoopShape:
                 parts[place] += 1
                 marked[place] += opcode(instruction).startswith(marker)
                 stalls[place] += control[off].cycles
-        path = lines[:len(main_path([ins for _, ins in lines]))]
         return LoopShape(entry, arch, marker, markers(loop), sum(ins.values()), sum(out.values()), why, head,
                          _sorted(parts), _sorted(+marked), _sorted(stalls),
                          sum(n for op, n in out.items() if op.startswith(marker)),
-                         sum(control[off].cycles for off, ins in path
-                             if not loop[0] <= off <= loop[1] and off in control and not ins.startswith("@!PT ")))
+                         sum(control[off].cycles for off, _ in sass_loop.outside_loop(lines, loop) if off in control))
     return LoopShape(entry, arch, None, 0, 0, 0, "no loop holds an HMMA or a MUFU.EX2")
 
 
