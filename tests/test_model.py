@@ -318,6 +318,27 @@ def test_the_mma_after_step_7_13s_loop_counts_once_per_warp(causal):
     assert before.markers_outside == 0 and 0 < before.stalls_outside < loop.stalls_outside
 
 
+def test_the_code_outside_the_loop_adds_its_stalls_on_every_warp_only_when_asked():
+    """stall_cycles leaves the code outside the key-tile loop out unless asked; asked, each CTA adds
+    stalls_outside once per warp, and predict's latency bound (its text too) grows with it while
+    the instruction count and every other bound stay as they were."""
+    from attnlab.executor.trace import trace
+    from attnlab.model import issue
+
+    t = trace("07_mma_whole_tiles", Shape(1, 2, 512, 64), False, arch="sm_90", sms=8)
+    launch = t.launches[0]
+    loop = issue.loop_shape("07_mma_whole_tiles", "sm_90", launch.entry)
+    alone, with_outside = issue.stall_cycles(loop, launch), issue.stall_cycles(loop, launch, outside=True)
+    assert loop.stalls_outside > 0 and (with_outside - alone == loop.stalls_outside * 4).all()
+    base = bounds.predict("07_mma_whole_tiles", MISSION, False, "H100 SXM")
+    more = bounds.predict("07_mma_whole_tiles", MISSION, False, "H100 SXM", outside=True)
+    by = {b.resource: b for b in base.bounds}
+    assert {b.resource: b.time_us for b in more.bounds if b.resource != "latency"} == {
+        r: b.time_us for r, b in by.items() if r != "latency"}
+    latency = next(b for b in more.bounds if b.resource == "latency")
+    assert latency.time_us > by["latency"].time_us and "code outside it" in latency.work and "outside" not in by["latency"].work
+
+
 def test_the_copy_runs_on_all_but_the_last_stages_trips_and_q_on_the_first():
     """Step 7.8 on sm_90 (3 stages) at L = 512, 64-key tiles: 8 trips per warp (causal: as many as
     the CTA's diagonal needs). The copy of the next tile (under `if (next < tile1)`) runs on all

@@ -72,9 +72,9 @@ def test_grid_fill_places_the_launchers_real_grid():
 
 
 def test_the_records_weigh_a_tensor_core_loops_stalls_in_turn_against_overlapped(results):
-    """turn_cases sets a record's time beside the model's prediction (a tensor-core loop's stalls
+    """rule_cases under TURN sets a record's time beside the model's prediction (a tensor-core loop's stalls
     taken in turn) and the same prediction with an SM's CTAs overlapping them: at (4, 16, 4096, 64)
-    an H100 holds two of step 7.12's CTAs per SM, so in turn they take longer. turn_summary's
+    an H100 holds two of step 7.12's CTAs per SM, so in turn they take longer. rule_summary's
     ratios are measured over each, and turn_sentence counts the cases slower than the model."""
     from synthetic import synthetic_record
 
@@ -82,18 +82,44 @@ def test_the_records_weigh_a_tensor_core_loops_stalls_in_turn_against_overlapped
     from attnlab.shapes import Shape
 
     kid, large = "07_mma_whole_tile_copy", Shape(4, 16, 4096, 64)
-    assert list(predicted.turn_cases([kid], [large])) == []
+    assert list(predicted.rule_cases(predicted.TURN, [kid], [large])) == []
     write_record(synthetic_record(gpu="NVIDIA H100 80GB HBM3", cc="9.0", sms=132, kernel=kid,
                                   shapes=(tuple(large),), kernel_us=5.0), results)
-    cases = list(predicted.turn_cases([kid], [large]))
+    cases = list(predicted.rule_cases(predicted.TURN, [kid], [large]))
     assert [(c[1].key, c[2], c[3], c[4]) for c in cases] == [("H100 SXM", kid, large, False), ("H100 SXM", kid, large, True)]
     for _, _, _, shape, causal, _, turned, overlapped in cases:
         assert turned.time_us == predict(kid, shape, causal, "H100 SXM").time_us
         assert turned.ctas_per_sm == 2 and overlapped.time_us < turned.time_us
-    _, rows, by_gpu = predicted.turn_summary(cases)
+    _, rows, by_gpu = predicted.rule_summary(predicted.TURN, cases)
     ratios = [measured / turned.time_us for *_, measured, turned, _ in cases]
     assert by_gpu["H100 SXM"]["turn"] == ratios and len(rows) == 1 and rows[0][1] == 2
     assert by_gpu["H100 SXM"]["overlap"] == [measured / over.time_us for *_, measured, _, over in cases]
     sentence = predicted.turn_sentence(by_gpu)
     assert sentence.startswith("On NVIDIA H100") and "the 2 step times" in sentence
     assert f"{sum(r > 1 for r in ratios)} of them slower than predicted" in sentence
+
+
+def test_the_records_weigh_the_code_outside_the_loop(results):
+    """rule_cases under OUTSIDE sets a record's time beside the model's prediction (the key-tile
+    loop's stalls alone) and the same with the stalls of the code outside the loop counted on every
+    warp, which at the mission shape adds to step 7.12's latency bound; outside_sentence counts the
+    cases that ran faster than that second prediction."""
+    from synthetic import synthetic_record
+
+    from attnlab.records.results import write_record
+
+    kid = "07_mma_whole_tile_copy"
+    write_record(synthetic_record(gpu="NVIDIA H100 80GB HBM3", cc="9.0", sms=132, kernel=kid,
+                                  shapes=(tuple(MISSION),), kernel_us=6.0), results)
+    cases = list(predicted.rule_cases(predicted.OUTSIDE, [kid], [MISSION]))
+    assert [(c[1].key, c[4]) for c in cases] == [("H100 SXM", False), ("H100 SXM", True)]
+    for _, _, _, shape, causal, _, loop, outside in cases:
+        assert loop.time_us == predict(kid, shape, causal, "H100 SXM").time_us
+        assert loop.bottleneck == outside.bottleneck == "latency" and outside.time_us > loop.time_us
+    header, rows, by_gpu = predicted.rule_summary(predicted.OUTSIDE, cases)
+    assert header[2:] == ["measured / predicted, the loop's stalls", "measured / predicted, with the code outside the loop"]
+    ratios = [6.0 / outside.time_us for *_, outside in cases]
+    assert by_gpu["H100 SXM"]["outside"] == ratios and rows[0][1] == 2
+    sentence = predicted.outside_sentence(by_gpu)
+    assert sentence.startswith("On NVIDIA H100") and sentence.endswith(".")
+    assert f"{sum(r < 1 for r in ratios)} of them faster than that prediction" in sentence

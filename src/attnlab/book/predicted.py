@@ -5,6 +5,8 @@ replaced by a prediction.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..gpus import lookup
 from ..model.bounds import ARCH_RATES, LAUNCH_US, PREDICTED_GPUS, Prediction, predict
 from ..shapes import MISSION, Shape
@@ -300,68 +302,91 @@ def launch_order_figure(kernel_ids, gpu: str = "L4", shape: Shape = MISSION, cau
     return fig
 
 
-def turn_cases(kernel_ids, shapes, causals=(False, True)):
-    """What the records say of the latency bound's rule for tensor-core loops (bounds.STALLS_IN_TURN):
-    per kernel, shape, mask and GPU of a fresh record holding the case (_measured: the newest per
-    GPU), (record, GPU, kernel, shape, causal, measured µs, the prediction with a scheduler's
-    warps taking their stalls in turn, the same with every SM's CTAs overlapping them as many at a
-    time as it holds), whichever rule the model takes for that GPU."""
+@dataclass(frozen=True)
+class Rules:
+    """Two ways for the latency bound to count the same stalls, to set against the records: each
+    as the keyword arguments of bounds.predict, the key its ratios take in rule_summary's by_gpu,
+    and its column heading."""
+    first: dict
+    second: dict
+    keys: tuple[str, str]
+    headings: tuple[str, str]
+
+
+# On sm_90, a tensor-core loop's stalls of a scheduler's warps in turn (the model's rule there), or
+# an SM's CTAs overlapping theirs as many at a time as it holds (bounds.STALLS_IN_TURN).
+TURN = Rules({"turn": True}, {"turn": False}, ("turn", "overlap"), ("stalls in turn", "stalls overlapped"))
+# The key-tile loop's stalls alone (the model's rule), or also those of the code outside the loop on
+# every warp (issue.stall_cycles's `outside`).
+OUTSIDE = Rules({}, {"outside": True}, ("loop", "outside"),
+                ("the loop's stalls", "with the code outside the loop"))
+
+
+def rule_cases(rules: Rules, kernel_ids, shapes, causals=(False, True)):
+    """What the records say of `rules`: per kernel, shape, mask and GPU of a fresh record holding
+    the case (_measured: the newest per GPU), (record, GPU, kernel, shape, causal, measured µs, the
+    prediction by the first rule, the prediction by the second)."""
     for kid in kernel_ids:
         for shape in shapes:
             for causal in causals:
                 for rec, gpu, measured_us in _measured(kid, shape, causal):
-                    yield (rec, gpu, kid, shape, causal, measured_us, predict(kid, shape, causal, gpu.key, turn=True),
-                           predict(kid, shape, causal, gpu.key, turn=False))
+                    yield (rec, gpu, kid, shape, causal, measured_us, predict(kid, shape, causal, gpu.key, **rules.first),
+                           predict(kid, shape, causal, gpu.key, **rules.second))
 
 
-def turn_summary(cases) -> tuple[list[str], list[list], dict]:
-    """turn_cases, one row per GPU: the cases, and measured over predicted with the stalls in turn
-    and overlapped (least, median, most); and per GPU key those ratios, for the prose to quote."""
+def _spread(xs) -> str:
     import numpy as np
 
+    return f"{min(xs):.2f}–{max(xs):.2f} (median {float(np.median(xs)):.2f})"
+
+
+def rule_summary(rules: Rules, cases) -> tuple[list[str], list[list], dict]:
+    """rule_cases, one row per GPU: the cases, and measured over predicted by each rule (least,
+    median, most); and per GPU key those ratios under rules.keys, for the prose to quote."""
     from .measured import record_label
 
     by_gpu: dict[str, dict] = {}
-    for rec, gpu, _, _, _, measured_us, turned, overlapped in cases:
-        got = by_gpu.setdefault(gpu.key, {"label": record_label(rec), "turn": [], "overlap": []})
-        got["turn"].append(measured_us / turned.time_us)
-        got["overlap"].append(measured_us / overlapped.time_us)
-
-    def spread(xs) -> str:
-        return f"{min(xs):.2f}–{max(xs):.2f} (median {float(np.median(xs)):.2f})"
-
-    header = ["record", "cases", "measured / predicted, stalls in turn", "measured / predicted, stalls overlapped"]
-    rows = [[g["label"], len(g["turn"]), spread(g["turn"]), spread(g["overlap"])] for g in by_gpu.values()]
+    for rec, gpu, _, _, _, measured_us, first, second in cases:
+        got = by_gpu.setdefault(gpu.key, {"label": record_label(rec), **{k: [] for k in rules.keys}})
+        got[rules.keys[0]].append(measured_us / first.time_us)
+        got[rules.keys[1]].append(measured_us / second.time_us)
+    header = ["record", "cases", *(f"measured / predicted, {h}" for h in rules.headings)]
+    rows = [[g["label"], len(g[rules.keys[0]]), *(_spread(g[k]) for k in rules.keys)] for g in by_gpu.values()]
     return header, rows, by_gpu
 
 
-def turn_rows(cases) -> tuple[list[str], list[list]]:
-    """turn_cases, one row per case: kernel, record's GPU, shape, mask, measured, and both predictions."""
-    header = ["kernel", "GPU", "shape", "causal", "measured", "stalls in turn", "stalls overlapped"]
+def rule_rows(rules: Rules, cases) -> tuple[list[str], list[list]]:
+    """rule_cases, one row per case: kernel, record's GPU, shape, mask, measured, and both predictions."""
+    header = ["kernel", "GPU", "shape", "causal", "measured", *rules.headings]
     rows = [[f"`{kid}`", gpu.key, shape.label(), "yes" if causal else "no", f"{measured_us:,.1f} µs measured",
-             fmt(turned.time_us), fmt(overlapped.time_us)]
-            for _, gpu, kid, shape, causal, measured_us, turned, overlapped in cases]
+             fmt(first.time_us), fmt(second.time_us)]
+            for _, gpu, kid, shape, causal, measured_us, first, second in cases]
     return header, rows
 
 
 @_without_executor
-def show_turns(kernel_ids, shapes) -> dict | None:
-    """turn_summary's table of the kernels at `shapes` as a cell's output, or a notice that no fresh
-    record holds them; returns {"cases": turn_cases, "by_gpu": turn_summary's ratios}, or None."""
+def show_rules(rules: Rules, kernel_ids, shapes) -> dict | None:
+    """rule_summary's table of the kernels at `shapes` as a cell's output, or a notice that no fresh
+    record holds them; returns {"cases": rule_cases, "by_gpu": rule_summary's ratios}, or None."""
     from .page import md_table, notice
 
-    cases = list(turn_cases(kernel_ids, shapes))
+    cases = list(rule_cases(rules, kernel_ids, shapes))
     if not cases:
-        notice("No fresh GPU record holds these kernels at these shapes: the records cannot choose the rule here.")
+        notice("No fresh GPU record holds these kernels at these shapes: the records cannot weigh the rules here.")
         return None
-    header, rows, by_gpu = turn_summary(cases)
+    header, rows, by_gpu = rule_summary(rules, cases)
     md_table(header, rows)
     return {"cases": cases, "by_gpu": by_gpu}
 
 
+def _sentence(parts) -> str:
+    text = "; ".join(parts)
+    return text[:1].upper() + text[1:] + "." if text else ""
+
+
 def turn_sentence(by_gpu: dict) -> str:
-    """turn_summary's ratios per GPU as the prose quotes them: medians, spreads, and how many of the
-    cases ran slower than the prediction with the stalls in turn; empty where no GPU has a case."""
+    """rule_summary's ratios under TURN per GPU as the prose quotes them: medians, spreads, and how
+    many of the cases ran slower than the prediction with the stalls in turn; empty where no GPU has a case."""
     import numpy as np
 
     def one(g: dict) -> str:
@@ -371,5 +396,20 @@ def turn_sentence(by_gpu: dict) -> str:
                 f"prediction with the stalls in turn ({min(turn):.2f}x to {max(turn):.2f}x; {slower} of them slower "
                 f"than predicted), and at a median {float(np.median(overlap)):.2f}x the prediction with them "
                 f"overlapped ({min(overlap):.2f}x to {max(overlap):.2f}x)")
-    text = "; ".join(one(g) for g in by_gpu.values())
-    return text[:1].upper() + text[1:] + "." if text else ""
+    return _sentence(one(g) for g in by_gpu.values())
+
+
+def outside_sentence(by_gpu: dict) -> str:
+    """rule_summary's ratios under OUTSIDE per GPU as the prose quotes them: medians and spreads,
+    and how many cases ran faster than the prediction with the code outside the loop counted, which
+    a bound never does; empty where no GPU has a case."""
+    import numpy as np
+
+    def one(g: dict) -> str:
+        loop, outside = g["loop"], g["outside"]
+        faster = sum(r < 1 for r in outside)
+        return (f"on {g['label']}, the {len(loop)} step times ran at a median {float(np.median(loop)):.2f}x the "
+                f"prediction from the loop's stalls ({min(loop):.2f}x to {max(loop):.2f}x), and at a median "
+                f"{float(np.median(outside)):.2f}x the prediction with the code outside the loop counted on every warp "
+                f"({min(outside):.2f}x to {max(outside):.2f}x; {faster} of them faster than that prediction)")
+    return _sentence(one(g) for g in by_gpu.values())

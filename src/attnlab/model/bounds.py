@@ -40,7 +40,9 @@ What it takes as given (the page "The time model" states the same):
 Not modelled: waits on variable-latency results (shared memory, `ex2`, global memory: the
 scoreboards), dual issue, L1 hits, clocks below boost, and contention between resources (the bounds
 do not add; outside an sm_90 tensor-core loop (in_turn), two warps of a scheduler that each stall
-half the time are taken to fill it).
+half the time are taken to fill it), and the stalls of the code outside the key-tile loop (its
+converged path holds branches not every warp takes; counted on every warp, `outside=True`, the
+sm_90 records of chapter 7's steps at the mission shape ran faster than predicted: model.ipynb).
 """
 from __future__ import annotations
 
@@ -194,10 +196,11 @@ def warp_instructions(t: Trace, kernel: str, gpu: GpuSpec) -> tuple[np.ndarray |
     return issue_model.warp_instructions(loop, t.launches[0], _warps(t)), loop
 
 
-def warp_stalls(t: Trace, loop: issue_model.LoopShape) -> np.ndarray | None:
+def warp_stalls(t: Trace, loop: issue_model.LoopShape, outside: bool = False) -> np.ndarray | None:
     """Per CTA of the first launch, the cycles its warps wait out the stalls of the instructions they
-    issue (summed over warps; None where warp_instructions gives no count)."""
-    return issue_model.stall_cycles(loop, t.launches[0])
+    issue in the key-tile loop (summed over warps; None where warp_instructions gives no count);
+    `outside`: issue.stall_cycles'."""
+    return issue_model.stall_cycles(loop, t.launches[0], outside)
 
 
 def in_turn(loop: issue_model.LoopShape | None, arch: str, warps: int) -> bool:
@@ -266,17 +269,18 @@ def placement(per_cta: dict[str, np.ndarray], sms: int) -> np.ndarray:
 
 def bounds_of(t: Trace, gpu: GpuSpec, resident: int, dot_products: bool = True,
               issue: tuple[np.ndarray | None, issue_model.LoopShape] | None = None,
-              turn: bool | None = None) -> list[Bound]:
+              turn: bool | None = None, outside: bool = False) -> list[Bound]:
     """Every resource's bound, in µs, for the counts of `t` on `gpu` with `resident` CTAs per SM.
     `dot_products`: the launch computes the scores and P V (a fused kernel, not chapter 4's softmax),
     on CUDA cores where it runs no tensor-core instruction. `issue`: warp_instructions(...), for the
     instruction-issue bound (left out when None; not given, NaN, where the SASS does not give it).
-    `turn`: whether the latency bound takes the stalls of a scheduler's warps in turn; None: in_turn."""
+    `turn`: whether the latency bound takes the stalls of a scheduler's warps in turn; None: in_turn.
+    `outside`: the latency bound also counts the code outside the key-tile loop (issue.stall_cycles)."""
     rates = ARCH_RATES[gpu.arch]
     totals = t.totals()
     cuda = _cuda_core_rate_and_flops(t, gpu, resident, dot_products)
     issued, loop = issue if issue is not None else (None, None)
-    stalled = warp_stalls(t, loop) if issued is not None else None
+    stalled = warp_stalls(t, loop, outside) if issued is not None else None
     turn = in_turn(loop, gpu.arch, _warps(t)) if turn is None else turn
     per_cta = per_cta_seconds(t, gpu, resident, dot_products, issued, cuda, stalled, turn)
     owner = placement(per_cta, gpu.sms)
@@ -290,7 +294,7 @@ def bounds_of(t: Trace, gpu: GpuSpec, resident: int, dot_products: bool = True,
         else:
             busiest = np.bincount(owner, weights=secs, minlength=gpu.sms).max()
         work = (_issue_text(issued, loop) if resource == "instruction issue"
-                else _latency_text(stalled, resident, turn) if resource == "latency"
+                else _latency_text(stalled, resident, turn, outside) if resource == "latency"
                 else _work_text(resource, totals, *cuda, rates))
         out.append(Bound(resource, busiest * 1e6, work))
     if loop is not None and issued is None:
@@ -310,11 +314,12 @@ def _issue_text(issued: np.ndarray | None, loop: issue_model.LoopShape) -> str:
             f"{loop.outside} outside it per warp) at {SCHEDULERS_PER_SM} per SM-clock")
 
 
-def _latency_text(stalled: np.ndarray, resident: int, turn: bool) -> str:
+def _latency_text(stalled: np.ndarray, resident: int, turn: bool, outside: bool = False) -> str:
     held = ("a scheduler's warps in turn (a tensor-core loop)" if turn else
             f"up to {resident} CTA{'s' if resident > 1 else ''} of an SM at a time")
-    return (f"{int(round(stalled.sum())):,} warp-cycles of the stalls ptxas wrote into the key-tile loop's "
-            f"instructions, each warp waiting out its own, {held}")
+    where = "the key-tile loop's instructions and every warp's code outside it" if outside else "the key-tile loop's instructions"
+    return (f"{int(round(stalled.sum())):,} warp-cycles of the stalls ptxas wrote into {where}, "
+            f"each warp waiting out its own, {held}")
 
 
 def _work_text(resource: str, totals: dict, fma_rate: float, cuda_flops: int, rates: dict) -> str:
@@ -329,11 +334,11 @@ def _work_text(resource: str, totals: dict, fma_rate: float, cuda_flops: int, ra
 
 
 def predict(kernel: str, shape: Shape, causal: bool = False, gpu: str = "L4", t: Trace | None = None,
-            resident: int | None = None, turn: bool | None = None) -> Prediction:
+            resident: int | None = None, turn: bool | None = None, outside: bool = False) -> Prediction:
     """The predicted time of `kernel` at `shape` on `gpu` (a key of gpus.GPUS), from its counts
     with that GPU's tiles and launch geometry (traced here, or `t`); `resident`: with that many CTAs
     per SM instead of the launch's occupancy, the counts the same (what freeing a resource buys);
-    `turn`: bounds_of's (None: by the loop)."""
+    `turn`, `outside`: bounds_of's (None: by the loop; False: the loop's stalls alone)."""
     spec_gpu = by_key(gpu)
     if spec_gpu.arch not in ARCH_RATES or spec_gpu.arch not in SM_LIMITS:
         raise KeyError(f"no rates for {spec_gpu.arch}; the model knows {', '.join(ARCH_RATES)}")
@@ -341,7 +346,7 @@ def predict(kernel: str, shape: Shape, causal: bool = False, gpu: str = "L4", t:
     resident = resident or ctas_per_sm(kernel, shape, spec_gpu)
     hybrid = registry.get(kernel).runner == "attnlab.gpu.hybrid:run_cublas_hybrid"
     bounds = bounds_of(t, spec_gpu, resident, dot_products=not hybrid, issue=warp_instructions(t, kernel, spec_gpu),
-                       turn=turn)
+                       turn=turn, outside=outside)
     extra = []
     launches = len(t.launches)
     if hybrid:

@@ -28,7 +28,8 @@ The same trips weigh the stall ptxas wrote into each instruction of the loop
 (attnlab.kernels.sass_control): the cycles a warp waits out on its path through the loop, the
 model's latency bound (stall_cycles). Outside the loop the listing holds paths that not every warp
 takes (a split's merge, a masked row's exit), whose stalls would add up as if each warp ran them
-all, so the latency bound leaves them out and stays a bound.
+all, so the latency bound leaves them out and stays a bound (stall_cycles's `outside` counts them on
+every warp: chapter 7's steps at the mission shape then mostly ran faster than predicted, model.ipynb).
 """
 from __future__ import annotations
 
@@ -224,8 +225,14 @@ def warp_instructions(shape: LoopShape, launch: LaunchCounts, warps: int) -> np.
     return None if in_loop is None else in_loop + shape.outside * warps
 
 
-def stall_cycles(shape: LoopShape, launch: LaunchCounts) -> np.ndarray | None:
+def stall_cycles(shape: LoopShape, launch: LaunchCounts, outside: bool = False) -> np.ndarray | None:
     """Per CTA, the cycles its warps spend on the stalls ptxas wrote into the key-tile loop's
     instructions (summed over warps; None where warp_instructions is), each on the trips its line
-    ran on. A warp cannot run its path through the loop in fewer cycles than its share of them."""
-    return _on_trips(shape, launch, shape.stall_parts) if shape.stall_parts else None
+    ran on. A warp cannot run its path through the loop in fewer cycles than its share of them.
+    `outside`: also the stalls of every instruction outside the loop on the converged path, once per
+    warp (stalls_outside): the rule the model does not take, since that path holds branches not every
+    warp runs (model.ipynb sets it against the records)."""
+    in_loop = _on_trips(shape, launch, shape.stall_parts) if shape.stall_parts else None
+    if in_loop is None or not outside:
+        return in_loop
+    return in_loop + shape.stalls_outside * (launch.block[0] * launch.block[1] * launch.block[2] // 32)
