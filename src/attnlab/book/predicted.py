@@ -304,9 +304,9 @@ def launch_order_figure(kernel_ids, gpu: str = "L4", shape: Shape = MISSION, cau
 
 @dataclass(frozen=True)
 class Rules:
-    """Two ways for the latency bound to count the same stalls, to set against the records: each
-    as the keyword arguments of bounds.predict, the key its ratios take in rule_summary's by_gpu,
-    and its column heading."""
+    """Two rules for the latency bound, to set against the records (the model's first, then the
+    other: how to weigh the stalls, or which to count): each as the keyword arguments of
+    bounds.predict, the key its ratios take in rule_summary's by_gpu, and its column heading."""
     first: dict
     second: dict
     keys: tuple[str, str]

@@ -42,7 +42,7 @@ scoreboards), dual issue, L1 hits, clocks below boost, and contention between re
 do not add; outside an sm_90 tensor-core loop (in_turn), two warps of a scheduler that each stall
 half the time are taken to fill it), and the stalls of the code outside the key-tile loop (its
 converged path holds branches not every warp takes; counted on every warp, `outside=True`, the
-sm_90 records of chapter 7's steps at the mission shape ran faster than predicted: model.ipynb).
+sm_90 records of chapter 7's steps at the mission shape mostly ran faster than predicted: model.ipynb).
 """
 from __future__ import annotations
 
