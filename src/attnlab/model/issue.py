@@ -181,14 +181,18 @@ def marker_runs(shape: LoopShape, launch: LaunchCounts) -> np.ndarray | None:
     return None if measured is None else _issued(shape.marker_parts, *measured)
 
 
+def _warps(launch: LaunchCounts) -> int:
+    """Warps in a CTA of `launch` (whole warps: the kernels' blocks are multiples of 32 threads)."""
+    return launch.block[0] * launch.block[1] * launch.block[2] // 32
+
+
 def _problem(shape: LoopShape, launch: LaunchCounts, measured) -> str | None:
     """trip_problem, given line_trips(shape, launch)."""
     if measured is None:
         return (f"the executor counted no trips of the key-tile loop ({shape.head}) for {shape.entry}"
                 if launch.entry == shape.entry else f"the counts are {launch.entry}'s, the SASS {shape.entry}'s")
     if shape.marker == "HMMA":
-        warps = launch.block[0] * launch.block[1] * launch.block[2] // 32
-        outside = shape.markers_outside * warps * (measured[1] > 0).sum()  # once per warp of each CTA that loops
+        outside = shape.markers_outside * _warps(launch) * (measured[1] > 0).sum()  # once per warp of each CTA that loops
         got = _issued(shape.marker_parts, *measured).sum() + outside
         want = launch.block_field("tensor_flops").sum() / MMA_FLOPS
         if abs(got - want) > 0.01 * max(want, 1):
@@ -235,4 +239,4 @@ def stall_cycles(shape: LoopShape, launch: LaunchCounts, outside: bool = False) 
     in_loop = _on_trips(shape, launch, shape.stall_parts) if shape.stall_parts else None
     if in_loop is None or not outside:
         return in_loop
-    return in_loop + shape.stalls_outside * (launch.block[0] * launch.block[1] * launch.block[2] // 32)
+    return in_loop + shape.stalls_outside * _warps(launch)
