@@ -22,8 +22,8 @@ from multiprocessing import get_context
 import pytest
 
 from attnlab.kernels import registry
-from attnlab.executor.cpu import (CPU_LENGTHS, CPU_LONG_LENGTHS, CPU_SCHEDULE_SEEDS, check_case_cpu, cpu_shapes,
-                         library_for)
+from attnlab.executor.cpu import (CPU_LENGTHS, CPU_LONG_LENGTHS, CPU_SCHEDULE_SEEDS, build_libraries, check_case_cpu,
+                         cpu_shapes)
 from attnlab.shapes import Shape
 
 # The other architecture whose tiles the suite runs, and the head dims where they differ from the source's.
@@ -72,8 +72,7 @@ def _work():
 
 @pytest.fixture(scope="module")
 def results():
-    for label in KERNEL_IDS:
-        library_for(_spec(label))  # build once, here, before the workers load them
+    build_libraries([_spec(label) for label in KERNEL_IDS])  # once, here, before the workers load them
     workers = max(1, min(4, os.cpu_count() or 1))
     by_kernel: dict[str, list] = {k: [] for k in KERNEL_IDS}
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:

@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 from ..paths import cache_dir, kernels_dir
@@ -189,10 +190,11 @@ def runtime_objects(cxx: str) -> list[Path]:
 
 def _compile_once(cxx: str, src: Path, obj: Path, flags, what: str) -> Path:
     """`src` compiled to `obj` unless `obj` is there: under a temporary name, then renamed, so that
-    a concurrent build never links half an object."""
+    a concurrent build never links half an object (the name is the process's and thread's own:
+    cpu.build_libraries builds from several threads)."""
     if not obj.exists():
         obj.parent.mkdir(parents=True, exist_ok=True)
-        tmp = obj.with_suffix(f".{os.getpid()}.tmp.o")
+        tmp = obj.with_suffix(f".{os.getpid()}-{threading.get_native_id()}.tmp.o")
         _run([cxx, *flags, "-c", str(src), "-o", str(tmp)], what)
         os.replace(tmp, obj)
     return obj

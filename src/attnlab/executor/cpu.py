@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
 from dataclasses import asdict, dataclass, field
 
 from ..kernels import registry
@@ -104,6 +105,20 @@ def library_for(spec: KernelSpec, src_dir=None):
     `src_dir`, a copy of it (the mutation check's scratch copies)."""
     from .library import load
     return load(spec.source, _entries(spec), spec.defines, src_dir)
+
+
+def build_libraries(specs, jobs: int | None = None) -> None:
+    """Build the executor libraries of `specs` (those not cached yet) side by side, `jobs` compilers
+    at a time (every core by default): each is one long compile, and built one after another they
+    would leave all cores but one idle."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .build import build_library
+
+    todo = {(spec.source, tuple(_entries(spec)), tuple(sorted(spec.defines))): spec for spec in specs}
+    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+        for built in [pool.submit(build_library, *key) for key in todo]:
+            built.result()
 
 
 class _Buffers:
