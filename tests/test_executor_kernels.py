@@ -64,9 +64,9 @@ def _work():
     for label in KERNEL_IDS:
         spec = _spec(label)
         dims = OTHER_TILES[spec.id] if "@" in label else sorted({s.D for s in cpu_shapes(spec)})
+        long = CPU_LONG_LENGTHS.get(spec.id, ())
         for D in dims:
             for causal in (False, True):
-                long = CPU_LONG_LENGTHS.get(spec.id, ())
                 cases = [(shape, causal, seed) for shape in cpu_shapes(spec) if shape.D == D
                          for seed in (CPU_SCHEDULE_SEEDS[:1] if shape.L in long else CPU_SCHEDULE_SEEDS)]
                 chunks.append((label, cases))
@@ -111,10 +111,10 @@ def test_the_grid_covers_every_kernel_and_the_issue_shapes():
                        for e in _spec(kid).entries_at_head_dim(D)}
     assert "attn_fwd_07_mma_split4_d128" in entries  # only with 64-key tiles
     assert {seed for cases in seven for _, _, seed in cases} == set(CPU_SCHEDULE_SEEDS) and len(CPU_SCHEDULE_SEEDS) == 3
-    seeds = {(kid, shape, causal): set() for kid, cases in _work() for shape, causal, _ in cases}
+    seeds: dict[tuple, set] = {}
     for kid, cases in _work():
         for shape, causal, seed in cases:
-            seeds[kid, shape, causal].add(seed)
+            seeds.setdefault((kid, shape, causal), set()).add(seed)
     assert all(s == ({0} if shape.L in CPU_LONG_LENGTHS.get(_spec(kid).id, ()) else set(CPU_SCHEDULE_SEEDS))
                for (kid, shape, causal), s in seeds.items())
 

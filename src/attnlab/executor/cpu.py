@@ -100,11 +100,16 @@ def _entries(spec: KernelSpec) -> list[str]:
     return sorted({e for D in spec.entries_by_head_dim for e in spec.entries_at_head_dim(D)} | set(spec.helper_entries))
 
 
+def _library_inputs(spec: KernelSpec) -> tuple:
+    """What decides a kernel's executor library: its source, entries and defines."""
+    return spec.source, tuple(_entries(spec)), tuple(sorted(spec.defines))
+
+
 def library_for(spec: KernelSpec, src_dir=None):
     """The kernel's executor library (built on first use, cached on disk), from kernels/ or from
     `src_dir`, a copy of it (the mutation check's scratch copies)."""
     from .library import load
-    return load(spec.source, _entries(spec), spec.defines, src_dir)
+    return load(*_library_inputs(spec), src_dir)
 
 
 def build_libraries(specs, jobs: int | None = None) -> None:
@@ -115,9 +120,9 @@ def build_libraries(specs, jobs: int | None = None) -> None:
 
     from .build import build_library
 
-    todo = {(spec.source, tuple(_entries(spec)), tuple(sorted(spec.defines))): spec for spec in specs}
+    todo = {_library_inputs(spec) for spec in specs}  # ids that share a library build it once
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
-        for built in [pool.submit(build_library, *key) for key in todo]:
+        for built in [pool.submit(build_library, *inputs) for inputs in todo]:
             built.result()
 
 
