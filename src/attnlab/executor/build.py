@@ -6,9 +6,9 @@ runtime (runtime/*.cpp). The kernel's translation unit is compiled with -fsaniti
 its instrumentation: every load and store calls __tsan_read<N>/__tsan_write<N>, which the runtime
 defines; ThreadSanitizer's own library is never linked.
 
-One rewrite happens on the way, in a copy of kernels/ (line numbers kept, and #line directives
-point diagnostics and debug information at the real files): a `__shared__` declaration becomes a
-reference into the block's shared memory, which the runtime owns. C++ has no storage class that
+One rewrite happens on the way, in a copy of the files the kernel includes (line numbers kept,
+and #line directives point diagnostics and debug information at the real files): a `__shared__`
+declaration becomes a reference into the block's shared memory, which the runtime owns. C++ has no storage class that
 is "one per block of fibers", so `extern __shared__ T name[];` becomes
 `T* const name = ...dynamic_shared(...)` and `__shared__ T name[R][C], x;` becomes
 `type_t<T[R][C]>& name = ...static_shared_as<T[R][C]>(...); type_t<T>& x = ...;`, each slot
@@ -48,6 +48,9 @@ COMMON_FLAGS = (CXX_STANDARD, "-O1", "-gdwarf-4", "-fPIC", "-fno-omit-frame-poin
 # the runtime counts on how many trips of each loop each block ran (runtime/trips.cpp).
 KERNEL_FLAGS = ("-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0", "-fsanitize-coverage=trace-pc",
                 "-fno-tree-sra",
+                # Findings need line tables and inlined frames, never a variable's location: without
+                # var-tracking a chapter-7 compile takes a quarter less time, same machine code.
+                "-fno-var-tracking",
                 "-fno-builtin-memcpy", "-fno-builtin-memset", "-fno-builtin-memmove", "-U_FORTIFY_SOURCE",
                 # A thread's stack is a fiber's 256 KiB (runtime.h): a larger frame fails the build,
                 # naming its function, rather than the process at run time.
@@ -156,6 +159,30 @@ def _kernel_files(src_dir: Path) -> list[Path]:
     return sorted(p for p in src_dir.iterdir() if p.suffix in (".cu", ".cuh"))
 
 
+# A quoted include at the start of a line (a commented-out one counts too: the closure then holds
+# one file too many, which costs a rebuild, never a stale library).
+_QUOTED_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"\n]+)"', re.M)
+
+
+def included_files(source: Path, folders) -> list[Path]:
+    """`source` and every file it reaches through `#include "..."`, each looked up as the compiler
+    does: beside the including file first, then in `folders`. Names found in none of them are the
+    executor's own headers (include/, hashed whole) or the system's. A kernel's library depends on
+    these files and no other of kernels/: an edit to chapter 7 leaves chapter 1's library cached."""
+    seen: set[Path] = set()
+    todo = [Path(source).resolve()]
+    while todo:
+        f = todo.pop()
+        if f in seen:
+            continue
+        seen.add(f)
+        for name in _QUOTED_INCLUDE.findall(f.read_text()):
+            found = next((c for c in (f.parent / name, *(Path(d) / name for d in folders)) if c.is_file()), None)
+            if found is not None:
+                todo.append(found.resolve())
+    return sorted(seen)
+
+
 def _atomic_write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
@@ -220,35 +247,58 @@ def marker_objects(cxx: str) -> tuple[Path, Path]:
     return objects[0], objects[1]
 
 
-def build_library(source: str, entries, defines=(), src_dir: Path | None = None) -> Path:
-    """The shared library that runs `entries` (extern "C" kernels) of `source` (a file under
-    `src_dir`, kernels/ by default) on the executor, built with `defines` ((name, value) pairs).
-    A `src_dir` other than kernels/ (test kernels) may include kernels/'s headers too.
-    Cached by the content of every file in `src_dir` and kernels/, the executor's own files, the
-    flags and the compiler."""
-    cxx = compiler()
-    src_dir = Path(src_dir or kernels_dir()).resolve()
+def _library_sources(source: str, src_dir: Path) -> tuple[list[Path], list[Path]]:
+    """(every file the library's unit reads from src_dir and kernels/, those of src_dir): the
+    first decides its key, the second is what the build copies and rewrites."""
     files = _kernel_files(src_dir)
-    extra = [] if src_dir == kernels_dir().resolve() else ["-I", str(kernels_dir())]
     if src_dir / source not in files:
         raise ExecutorBuildError(f"{source} is not a .cu/.cuh file in {src_dir}")
+    closure = included_files(src_dir / source, (src_dir, kernels_dir().resolve()))
+    return closure, [f for f in closure if f.parent == src_dir]
+
+
+def library_key(source: str, entries, defines=(), src_dir: Path | None = None) -> str:
+    """The cache key of build_library's library: the content of the files `source` includes (not
+    every file of kernels/), the executor's headers, entries, defines, the compiler, its flags and
+    the runtime's objects."""
+    cxx = compiler()
+    src_dir = Path(src_dir or kernels_dir()).resolve()
+    closure, _ = _library_sources(source, src_dir)
     entries = tuple(entries)
     defines = tuple(sorted((str(n), int(v)) for n, v in defines))
     objs = runtime_objects(cxx)
     begin, end = marker_objects(cxx)
-    key_text = "\n".join([_tree_digest(set(files) | set(_kernel_files(kernels_dir()))), _tree_digest(sorted(INCLUDE.rglob("*.h"))),
+    key_text = "\n".join([_tree_digest(closure), _tree_digest(sorted(INCLUDE.rglob("*.h"))),
                           source, repr(entries),
                           repr(defines), compiler_version(cxx), " ".join(COMMON_FLAGS + KERNEL_FLAGS),
                           " ".join(str(o) for o in (begin, end, *objs))])
-    key = hashlib.sha256(key_text.encode()).hexdigest()[:20]
+    return hashlib.sha256(key_text.encode()).hexdigest()[:20]
+
+
+def build_library(source: str, entries, defines=(), src_dir: Path | None = None) -> Path:
+    """The shared library that runs `entries` (extern "C" kernels) of `source` (a file under
+    `src_dir`, kernels/ by default) on the executor, built with `defines` ((name, value) pairs).
+    A `src_dir` other than kernels/ (test kernels) may include kernels/'s headers too.
+    Cached under library_key: only the files the source includes (included_files) decide it."""
+    cxx = compiler()
+    src_dir = Path(src_dir or kernels_dir()).resolve()
+    extra = [] if src_dir == kernels_dir().resolve() else ["-I", str(kernels_dir())]
+    entries = tuple(entries)
+    defines = tuple(sorted((str(n), int(v)) for n, v in defines))
+    key = library_key(source, entries, defines, src_dir)
     lib = cache_dir() / "cpu" / "lib" / f"{Path(source).stem}-{key}.so"
     if lib.exists():
         return lib
+    objs = runtime_objects(cxx)
+    begin, end = marker_objects(cxx)
+    _, copied = _library_sources(source, src_dir)
     with tempfile.TemporaryDirectory(prefix="attnlab-cpu-") as tmp:
         work = Path(tmp)
         copy = work / "kernels"
         copy.mkdir()
-        for i, f in enumerate(files):
+        # Only the included files are copied: an include the closure missed fails the build,
+        # naming the file, rather than building from a file the key did not see.
+        for i, f in enumerate(copied):
             text = f.read_text()
             (copy / f.name).write_text(f'#line 1 "{f}"\n' + rewrite_shared(text, i + 1))
         wrapper = work / "unit.cpp"

@@ -1,0 +1,54 @@
+"""An executor library is keyed by the files its source includes, and by no other file: an edit
+to one chapter's kernel leaves every other chapter's library (and the traces named after it)
+cached, and an edit to a header rebuilds exactly the kernels that include it."""
+from __future__ import annotations
+
+import pytest
+
+from attnlab.executor.build import ExecutorBuildError, included_files, library_key
+from attnlab.kernels import registry
+from attnlab.kernels.sources import source_files
+from attnlab.paths import kernels_dir
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A kernel that includes a header that includes another, beside a kernel it never includes."""
+    (tmp_path / "k.cu").write_text('#include "outer.cuh"\n// #include "nowhere.cuh"\n'
+                                   'extern "C" __global__ void k(float* x) { x[0] = inner(); }\n')
+    (tmp_path / "outer.cuh").write_text('#pragma once\n  #  include "inner.cuh"\n#include <cuda_fp16.h>\n')
+    (tmp_path / "inner.cuh").write_text("#pragma once\n__device__ inline float inner() { return 1.0f; }\n")
+    (tmp_path / "other.cu").write_text('extern "C" __global__ void other(float* x) { x[0] = 2.0f; }\n')
+    return tmp_path
+
+
+def test_the_closure_follows_quoted_includes_through_headers(tree):
+    names = [p.name for p in included_files(tree / "k.cu", (tree,))]
+    assert names == ["inner.cuh", "k.cu", "outer.cuh"]  # not other.cu, not <cuda_fp16.h>
+
+
+def test_an_edit_outside_the_closure_keeps_the_key_and_one_inside_changes_it(tree):
+    key = library_key("k.cu", ["k"], (), tree)
+    (tree / "other.cu").write_text((tree / "other.cu").read_text() + "// edited\n")
+    assert library_key("k.cu", ["k"], (), tree) == key
+    (tree / "inner.cuh").write_text((tree / "inner.cuh").read_text() + "// edited\n")
+    assert library_key("k.cu", ["k"], (), tree) != key
+
+
+def test_a_source_outside_the_folder_is_one_clear_error(tree):
+    with pytest.raises(ExecutorBuildError, match="not a .cu/.cuh file"):
+        library_key("missing.cu", ["k"], (), tree)
+
+
+def test_every_registered_kernel_includes_exactly_the_headers_the_registry_names():
+    """The registry's sources key the nvcc builds and the records' fingerprints; the closure keys
+    the executor's libraries. They must name the same .cu/.cuh files, or an edit to a header would
+    rebuild one and not the other."""
+    for spec in registry.KERNELS.values():
+        named = {p.name for p in source_files(spec) if p.suffix in (".cu", ".cuh")}
+        assert {p.name for p in included_files(spec.path, (kernels_dir(),))} == named, spec.id
+
+
+def test_chapter_7_s_header_is_not_in_chapter_1_s_key():
+    one = {p.name for p in included_files(kernels_dir() / "01_scalar.cu", (kernels_dir(),))}
+    assert one == {"01_scalar.cu", "common.cuh"}
