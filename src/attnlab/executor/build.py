@@ -147,11 +147,12 @@ def rewrite_shared(text: str, file_id: int) -> str:
     return _SHARED_DECL.sub(lambda m: _shared_declaration(m, counter), text)
 
 
-def _tree_digest(paths) -> str:
+def _tree_digest(paths, contents: dict | None = None) -> str:
+    """sha256 over the files' names and bytes (`contents`' bytes where it holds a file)."""
     h = hashlib.sha256()
     for p in sorted(paths):
         h.update(str(p.name).encode())
-        h.update(p.read_bytes())
+        h.update(contents[p] if contents and p in contents else p.read_bytes())
     return h.hexdigest()
 
 
@@ -159,28 +160,36 @@ def _kernel_files(src_dir: Path) -> list[Path]:
     return sorted(p for p in src_dir.iterdir() if p.suffix in (".cu", ".cuh"))
 
 
-# A quoted include at the start of a line (a commented-out one counts too: the closure then holds
-# one file too many, which costs a rebuild, never a stale library).
-_QUOTED_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"\n]+)"', re.M)
+# An include at the start of a line, quoted or bracketed (a commented-out one in a block comment
+# counts too: the closure then holds one file too many, which costs a rebuild, never a stale library).
+_INCLUDE_LINE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*(?:"([^"\n]+)"|<([^>\n]+)>)', re.M)
 
 
-def included_files(source: Path, folders) -> list[Path]:
-    """`source` and every file it reaches through `#include "..."`, each looked up as the compiler
-    does: beside the including file first, then in `folders`. Names found in none of them are the
-    executor's own headers (include/, hashed whole) or the system's. A kernel's library depends on
-    these files and no other of kernels/: an edit to chapter 7 leaves chapter 1's library cached."""
-    seen: set[Path] = set()
+def _closure(source: Path, folders) -> dict[Path, bytes]:
+    """included_files, with each file's bytes as read once (the key and the build's copy both use them)."""
+    seen: dict[Path, bytes] = {}
     todo = [Path(source).resolve()]
     while todo:
         f = todo.pop()
         if f in seen:
             continue
-        seen.add(f)
-        for name in _QUOTED_INCLUDE.findall(f.read_text()):
-            found = next((c for c in (f.parent / name, *(Path(d) / name for d in folders)) if c.is_file()), None)
+        seen[f] = f.read_bytes()
+        for quoted, bracketed in _INCLUDE_LINE.findall(seen[f].decode()):
+            where = (f.parent / quoted, *(Path(d) / quoted for d in folders)) if quoted else \
+                tuple(Path(d) / bracketed for d in folders)
+            found = next((c for c in where if c.is_file()), None)
             if found is not None:
                 todo.append(found.resolve())
-    return sorted(seen)
+    return dict(sorted(seen.items()))
+
+
+def included_files(source: Path, folders) -> list[Path]:
+    """`source` and every file it reaches through `#include "..."` (looked up beside the including
+    file first, then in `folders`, as the compiler does) or `#include <...>` (in `folders` only).
+    Names found in none of them are the executor's own headers (include/, hashed whole) or the
+    system's. A kernel's library depends on these files and no other of kernels/: an edit to
+    chapter 7 leaves chapter 1's library cached."""
+    return list(_closure(source, folders))
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -247,32 +256,36 @@ def marker_objects(cxx: str) -> tuple[Path, Path]:
     return objects[0], objects[1]
 
 
-def _library_sources(source: str, src_dir: Path) -> tuple[list[Path], list[Path]]:
-    """(every file the library's unit reads from src_dir and kernels/, those of src_dir): the
-    first decides its key, the second is what the build copies and rewrites."""
+def _library_sources(source: str, src_dir: Path) -> dict[Path, bytes]:
+    """Every file the library's unit reads from src_dir and kernels/, with its bytes."""
     files = _kernel_files(src_dir)
     if src_dir / source not in files:
         raise ExecutorBuildError(f"{source} is not a .cu/.cuh file in {src_dir}")
-    closure = included_files(src_dir / source, (src_dir, kernels_dir().resolve()))
-    return closure, [f for f in closure if f.parent == src_dir]
+    return _closure(src_dir / source, (src_dir, kernels_dir().resolve()))
+
+
+def _key(source: str, entries: tuple, defines: tuple, sources: dict[Path, bytes], cxx: str) -> str:
+    objs = runtime_objects(cxx)
+    begin, end = marker_objects(cxx)
+    key_text = "\n".join([_tree_digest(sources, sources), _tree_digest(sorted(INCLUDE.rglob("*.h"))),
+                          source, repr(entries),
+                          repr(defines), compiler_version(cxx), " ".join(COMMON_FLAGS + KERNEL_FLAGS),
+                          " ".join(str(o) for o in (begin, end, *objs))])
+    return hashlib.sha256(key_text.encode()).hexdigest()[:20]
+
+
+def _normalized(source: str, entries, defines, src_dir) -> tuple:
+    """(src_dir resolved, entries, defines sorted): one library, however its caller spelled it."""
+    src_dir = Path(src_dir or kernels_dir()).resolve()
+    return src_dir, tuple(entries), tuple(sorted((str(n), int(v)) for n, v in defines))
 
 
 def library_key(source: str, entries, defines=(), src_dir: Path | None = None) -> str:
     """The cache key of build_library's library: the content of the files `source` includes (not
     every file of kernels/), the executor's headers, entries, defines, the compiler, its flags and
     the runtime's objects."""
-    cxx = compiler()
-    src_dir = Path(src_dir or kernels_dir()).resolve()
-    closure, _ = _library_sources(source, src_dir)
-    entries = tuple(entries)
-    defines = tuple(sorted((str(n), int(v)) for n, v in defines))
-    objs = runtime_objects(cxx)
-    begin, end = marker_objects(cxx)
-    key_text = "\n".join([_tree_digest(closure), _tree_digest(sorted(INCLUDE.rglob("*.h"))),
-                          source, repr(entries),
-                          repr(defines), compiler_version(cxx), " ".join(COMMON_FLAGS + KERNEL_FLAGS),
-                          " ".join(str(o) for o in (begin, end, *objs))])
-    return hashlib.sha256(key_text.encode()).hexdigest()[:20]
+    src_dir, entries, defines = _normalized(source, entries, defines, src_dir)
+    return _key(source, entries, defines, _library_sources(source, src_dir), compiler())
 
 
 def build_library(source: str, entries, defines=(), src_dir: Path | None = None) -> Path:
@@ -281,32 +294,36 @@ def build_library(source: str, entries, defines=(), src_dir: Path | None = None)
     A `src_dir` other than kernels/ (test kernels) may include kernels/'s headers too.
     Cached under library_key: only the files the source includes (included_files) decide it."""
     cxx = compiler()
-    src_dir = Path(src_dir or kernels_dir()).resolve()
-    extra = [] if src_dir == kernels_dir().resolve() else ["-I", str(kernels_dir())]
-    entries = tuple(entries)
-    defines = tuple(sorted((str(n), int(v)) for n, v in defines))
-    key = library_key(source, entries, defines, src_dir)
-    lib = cache_dir() / "cpu" / "lib" / f"{Path(source).stem}-{key}.so"
+    src_dir, entries, defines = _normalized(source, entries, defines, src_dir)
+    sources = _library_sources(source, src_dir)
+    lib = cache_dir() / "cpu" / "lib" / f"{Path(source).stem}-{_key(source, entries, defines, sources, cxx)}.so"
     if lib.exists():
         return lib
     objs = runtime_objects(cxx)
     begin, end = marker_objects(cxx)
-    _, copied = _library_sources(source, src_dir)
     with tempfile.TemporaryDirectory(prefix="attnlab-cpu-") as tmp:
         work = Path(tmp)
-        copy = work / "kernels"
+        # Only the included files are there to compile, from the bytes the key was taken of: an
+        # include the closure missed fails the build, naming the file, rather than building from a
+        # file the key did not see. src_dir's are rewritten (copy/); kernels/'s headers that a
+        # kernel elsewhere includes go as they are (headers/).
+        copy, headers = work / "kernels", work / "headers"
         copy.mkdir()
-        # Only the included files are copied: an include the closure missed fails the build,
-        # naming the file, rather than building from a file the key did not see.
-        for i, f in enumerate(copied):
-            text = f.read_text()
-            (copy / f.name).write_text(f'#line 1 "{f}"\n' + rewrite_shared(text, i + 1))
+        own = [f for f in sources if f.parent == src_dir]
+        for i, f in enumerate(own):
+            (copy / f.name).write_text(f'#line 1 "{f}"\n' + rewrite_shared(sources[f].decode(), i + 1))
+        shared = [f for f in sources if f.parent != src_dir]
+        if shared:
+            headers.mkdir()
+            for f in shared:
+                (headers / f.name).write_text(f'#line 1 "{f}"\n' + sources[f].decode())
         wrapper = work / "unit.cpp"
         wrapper.write_text('#include "attn_cpu/thunk.h"\n'
                            f'#include "{copy / source}"\n'
                            + "".join(f"ATTN_CPU_THUNK({e})\n" for e in entries))
         obj = work / "unit.o"
-        _run([cxx, *COMMON_FLAGS, *KERNEL_FLAGS, "-I", str(INCLUDE), "-I", str(copy), *extra,
+        _run([cxx, *COMMON_FLAGS, *KERNEL_FLAGS, "-I", str(INCLUDE), "-I", str(copy),
+              *(["-I", str(headers)] if shared else []),
               *[f"-D{n}={v}" for n, v in defines], "-c", str(wrapper), "-o", str(obj)],
              f"compiling {source} for the CPU executor")
         out = work / "kernel.so"
