@@ -8,8 +8,8 @@ defines; ThreadSanitizer's own library is never linked.
 
 One rewrite happens on the way, in a copy of the files the kernel includes (line numbers kept,
 and #line directives point diagnostics and debug information at the real files): a `__shared__`
-declaration becomes a reference into the block's shared memory, which the runtime owns. C++ has no storage class that
-is "one per block of fibers", so `extern __shared__ T name[];` becomes
+declaration becomes a reference into the block's shared memory, which the runtime owns. C++ has
+no storage class that is "one per block of fibers", so `extern __shared__ T name[];` becomes
 `T* const name = ...dynamic_shared(...)` and `__shared__ T name[R][C], x;` becomes
 `type_t<T[R][C]>& name = ...static_shared_as<T[R][C]>(...); type_t<T>& x = ...;`, each slot
 named so that findings say `name[3][17]`. Nothing else in the source changes.
@@ -156,10 +156,6 @@ def _tree_digest(paths, contents: dict | None = None) -> str:
     return h.hexdigest()
 
 
-def _kernel_files(src_dir: Path) -> list[Path]:
-    return sorted(p for p in src_dir.iterdir() if p.suffix in (".cu", ".cuh"))
-
-
 # An include at the start of a line, quoted or bracketed (a commented-out one in a block comment
 # counts too: the closure then holds one file too many, which costs a rebuild, never a stale library).
 _INCLUDE_LINE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*(?:"([^"\n]+)"|<([^>\n]+)>)', re.M)
@@ -258,10 +254,10 @@ def marker_objects(cxx: str) -> tuple[Path, Path]:
 
 def _library_sources(source: str, src_dir: Path) -> dict[Path, bytes]:
     """Every file the library's unit reads from src_dir and kernels/, with its bytes."""
-    files = _kernel_files(src_dir)
-    if src_dir / source not in files:
+    path = src_dir / source
+    if path.parent != src_dir or path.suffix not in (".cu", ".cuh") or not path.is_file():
         raise ExecutorBuildError(f"{source} is not a .cu/.cuh file in {src_dir}")
-    return _closure(src_dir / source, (src_dir, kernels_dir().resolve()))
+    return _closure(path, (src_dir, kernels_dir().resolve()))
 
 
 def _key(source: str, entries: tuple, defines: tuple, sources: dict[Path, bytes], cxx: str) -> str:
