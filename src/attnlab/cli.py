@@ -1,5 +1,5 @@
 """`python -m attnlab`: list, inspect, check, trace, bench, sanitize, search, tuned, profile,
-verify-results, import-evidence, report, mutate, prebuild."""
+verify-results, import-evidence, report, mutate, weigh, prebuild."""
 from __future__ import annotations
 
 import argparse
@@ -332,6 +332,48 @@ def cmd_mutate(args) -> int:
     outcomes = mutation.run_all(chosen, jobs=args.jobs)
     print(mutation.format_table(outcomes))
     return 0 if all(o.ok for o in outcomes) else 1
+
+
+def cmd_weigh(args) -> int:
+    """weigh: a kernel edit (a patch of kernels/) predicted by the book's time model against kernels/
+    as it is, per kernel, shape, mask and GPU (no GPU needed)."""
+    from pathlib import Path
+
+    from .executor.build import ExecutorUnavailable, compiler
+    from .gpus import GPUS
+    from .kernels import toolchain
+    from .model.bounds import ARCH_RATES, PREDICTED_GPUS
+    from .model.weigh import EditFails, EditRefused, format_rows, patched_files, weigh
+    from .shapes import MISSION, Shape
+
+    patch = Path(args.patch)
+    if not patch.is_file():
+        raise UsageError(f"{patch}: no such patch file")
+    specs = _kernels(args.kernels)
+    gpus = args.gpu or list(PREDICTED_GPUS)
+    known = [g.key for g in GPUS if g.arch in ARCH_RATES]
+    for g in gpus:
+        if g not in known:
+            raise _unknown("GPU", g, known, f"the model predicts for: {', '.join(known)}")
+    shapes = [Shape(*s) for s in args.shape] if args.shape else [MISSION]
+    for shape in shapes:
+        _check_shape(shape, specs, named=True)
+    try:
+        patched_files(patch)
+        compiler()
+        toolchain.nvcc()  # the model reads the SASS of both sides' builds
+        rows = weigh(patch, [s.id for s in specs], shapes, gpus,
+                     (False, True) if all(s.causal for s in specs) else (False,))
+    except EditFails as exc:  # it ran, and the edited kernels failed: a failure, not a refusal
+        print(f"attnlab weigh: {exc}", file=sys.stderr)
+        return 1
+    except (EditRefused, ExecutorUnavailable) as exc:
+        raise UsageError(str(exc)) from None
+    except RuntimeError as exc:  # a side's process failed: its last line says where
+        print(f"attnlab weigh: {exc}", file=sys.stderr)
+        return 1
+    print(format_rows(rows))
+    return 0
 
 
 def cmd_check(args) -> int:
@@ -776,6 +818,16 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("mutants", nargs="*", metavar="MUTANT", help="ids from attnlab/executor/mutants.py (default: all)")
     sp.add_argument("--jobs", type=_positive_int, default=None, help="mutants run at once (default: up to 4)")
     sp.set_defaults(fn=cmd_mutate)
+    sp = sub.add_parser("weigh", help="a kernel edit (a patch of kernels/) predicted by the book's time model "
+                                      "against kernels/ as it is, after the edited kernels pass the CPU check "
+                                      "(no GPU needed): predictions, never times")
+    sp.add_argument("patch", metavar="PATCH", help="a patch of files under kernels/ (git diff's format)")
+    sp.add_argument("kernels", nargs="+", metavar="KERNEL", help="registered ids to weigh")
+    sp.add_argument("--gpu", action="append", metavar="GPU",
+                    help="a GPU of the model's table (repeatable; default: the L4 and the H100 SXM)")
+    sp.add_argument("--shape", nargs=4, type=_positive_int, action="append", metavar=("B", "H", "L", "D"),
+                    help="weigh at this shape (repeatable; default: the mission shape), causal and not")
+    sp.set_defaults(fn=cmd_weigh)
     sp = sub.add_parser("sanitize", help="compute-sanitizer on each kernel at small shapes (GPU); writes a record")
     sp.add_argument("kernels", nargs="*", metavar="KERNEL")
     sp.add_argument("--tool", nargs="+", default=["memcheck", "racecheck", "synccheck"],
