@@ -123,6 +123,7 @@ def weigh(patch: Path, kernels: list[str], shapes: list[Shape], gpus: list[str],
         root = edited_copy(patch, Path(tmp) / "edit")
         edit = _measure(root, request, check=True)
     base = _measure(repo_root(), request, check=False)
+
     def side(d: dict) -> Side:  # JSON brought the launch's tuples back as lists
         return Side(**{**d, "grid": tuple(d["grid"]), "block": tuple(d["block"])})
 
@@ -130,7 +131,7 @@ def weigh(patch: Path, kernels: list[str], shapes: list[Shape], gpus: list[str],
 
 
 def _measure(root: Path, request: dict, check: bool) -> list:
-    """Run measure() in a process whose kernels are root's."""
+    """One side's rows: this module's _main in a process whose kernels are root's."""
     cmd = [sys.executable, "-m", "attnlab.model.weigh", json.dumps({**request, "check": check})]
     env = {**os.environ, "ATTNLAB_ROOT": str(root)}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
