@@ -146,8 +146,8 @@ def _measure(root: Path, request: dict, check: bool) -> list:
 def _side(kernel: str, shape: Shape, causal: bool, gpu: str) -> dict:
     from ..gpus import by_key
     from ..kernels import registry
-    from ..kernels.static import build, parse_ptxas
-    from .bounds import counted, launch_registers, predict, warp_instructions, warp_stalls
+    from ..kernels.static import inspect_kernel
+    from .bounds import counted, predict, warp_instructions, warp_stalls
 
     spec_gpu = by_key(gpu)
     spec = registry.get(kernel, spec_gpu.arch)
@@ -155,34 +155,31 @@ def _side(kernel: str, shape: Shape, causal: bool, gpu: str) -> dict:
     entry = cfg.get("entry", spec.entry)
     t = counted(kernel, shape, causal, spec_gpu)
     p = predict(kernel, shape, causal, gpu, t=t)
-    own = {f.name: f for f in parse_ptxas(build(spec, spec_gpu.arch).ptxas)}.get(entry)
+    # the launched entry's resources, as bounds.launch_registers reads them (0 where the build lists none)
+    own = next((f for f in inspect_kernel(spec, spec_gpu.arch).functions if f.name == entry), None)
     issued, loop = warp_instructions(t, kernel, spec_gpu)
     stalled = None if issued is None else warp_stalls(t, loop)
     return asdict(Side(p.time_us, p.bottleneck, entry, tuple(cfg["grid"]), tuple(cfg["block"]),
-                       launch_registers(kernel, shape, spec_gpu),
-                       (own.spill_stores + own.spill_loads) if own else 0,
+                       own.registers if own else 0, (own.spill_stores + own.spill_loads) if own else 0,
                        None if issued is None else float(issued.mean()),
                        None if stalled is None else float(stalled.mean())))
 
 
 def _check(kernels: list[str], arches: list[str]) -> str | None:
-    """The first failure of the CPU check of `kernels`, with the tiles each of `arches` gives them, at
-    CHECK_SHAPES (the head dims each takes), with and without the mask, seed 0; None if all pass."""
-    from ..executor.cpu import check_case_cpu, cpu_label
+    """The first failure of the CPU check (executor.cpu.run_suite_cpu) of `kernels`, with the tiles each
+    of `arches` gives them, at CHECK_SHAPES (those each takes), with and without the mask, seed 0;
+    None if all pass."""
+    from ..executor.cpu import cpu_label, run_suite_cpu
     from ..kernels import registry
 
-    for kid in kernels:
-        # one spec per distinct tiling (a kernel whose tiles do not follow the target is checked once)
-        for spec in {cpu_label(registry.get(kid, a), a): registry.get(kid, a) for a in arches}.values():
-            for shape in CHECK_SHAPES:
-                if not spec.supports_head_dim(shape.D):
-                    continue
-                for causal in (False, True) if spec.causal else (False,):
-                    case = check_case_cpu(spec, shape, causal, 0)
-                    if not case.passed:
-                        return (f"the edited {cpu_label(spec)} fails the CPU check at {shape.label()}"
-                                f"{' causal' if causal else ''}: {case.reason}")
-    return None
+    # one spec per distinct tiling (a kernel whose tiles do not follow the target is checked once)
+    specs = {cpu_label(registry.get(kid, a), a): registry.get(kid, a) for kid in kernels for a in arches}
+    cases = run_suite_cpu(list(specs.values()), shapes=CHECK_SHAPES, seeds=(0,), progress=False, labels=list(specs))
+    failed = next((c for c in cases if not c.passed), None)
+    if failed is None:
+        return None
+    return (f"the edited {failed.kernel} fails the CPU check at {Shape(*failed.shape).label()}"
+            f"{' causal' if failed.causal else ''}: {failed.reason}")
 
 
 def _main(argv) -> int:
