@@ -94,6 +94,7 @@
 //                              loop stays): tile j-1's O += P V runs between tile j's
 //                              scores and its softmax, which does not wait on it; V runs a tile
 //                              behind K in the copies, since tile j-1's V is used a trip later.
+//                              Where registers allow, P waits in fp32 and is rounded at its MMAs.
 // 07_mma_noswizzle (SWIZZLE = false in 07_mma) is an ablation: every ldmatrix phase is an
 // 8-way bank conflict.
 //
@@ -327,16 +328,27 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
         for (int h = 0; h < 2; ++h) key_limit[mb][h] = causal ? min(L - 1, warp_row0 + 16 * mb + g + 8 * h) : L - 1;
 
     // Only with DEFER_PV (step 7.13): a tile's O += P V waits for the next tile's scores. Its P
-    // waits here, as the fp16 A fragments of its k-steps, with the stage its V waits in (zero P and
-    // tile 0's stage before the first tile: adding it adds 0).
-    unsigned p_prev[P_STEPS][ROW_BLOCKS][4] = {};
+    // waits here with the stage its V waits in (zero P and tile 0's stage before the first tile:
+    // adding it adds 0): in fp32, rounded where the next trip's MMAs read it, off the softmax's path,
+    // where registers allow; else as fp16 A fragments (two row blocks would spill, and D = 64 without
+    // a key split would lose an SM's third CTA to 16 more registers). The same fp16 values either way.
+    constexpr bool P_FP32 = ROW_BLOCKS == 1 && (D == 128 || KV_SPLIT > 1);
+    float p_prev[P_STEPS][ROW_BLOCKS][8] = {};
+    unsigned p_prev_half[P_STEPS][ROW_BLOCKS][4] = {};
     int prev_stage = 0;
     // O += P V of the tile before, from its V stage: vf as in the loop below, whose own copy of these
     // lines stays inline (written through this lambda, the earlier steps' SASS changes, and with it
     // what their GPU records measured).
     auto add_pv_prev = [&](int v_stage) {
 #pragma unroll
-        for (int kp = 0; kp < P_STEPS; ++kp)
+        for (int kp = 0; kp < P_STEPS; ++kp) {
+            unsigned pa[ROW_BLOCKS][4];
+#pragma unroll
+            for (int mb = 0; mb < ROW_BLOCKS; ++mb)
+#pragma unroll
+                for (int r = 0; r < 4; ++r)
+                    pa[mb][r] = P_FP32 ? pack_half2(p_prev[kp][mb][2 * r], p_prev[kp][mb][2 * r + 1])
+                                       : p_prev_half[kp][mb][r];
 #pragma unroll
             for (int dp = 0; dp < D / 16; ++dp) {
                 unsigned vf[4];
@@ -344,10 +356,11 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
                                                         key0 + 16 * kp + attn::ldsm_row(lane), 2 * dp + attn::ldsm_chunk(lane)));
 #pragma unroll
                 for (int mb = 0; mb < ROW_BLOCKS; ++mb) {
-                    attn::mma_16816(o_acc[mb][2 * dp], p_prev[kp][mb], vf[0], vf[1]);
-                    attn::mma_16816(o_acc[mb][2 * dp + 1], p_prev[kp][mb], vf[2], vf[3]);
+                    attn::mma_16816(o_acc[mb][2 * dp], pa[mb], vf[0], vf[1]);
+                    attn::mma_16816(o_acc[mb][2 * dp + 1], pa[mb], vf[2], vf[3]);
                 }
             }
+        }
     };
 
     // Tile j lives in stage (j - tile0) % STAGES; the prefetch of tile j + STAGES - 1 refills the
@@ -541,7 +554,10 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
 #pragma unroll
                     for (int mb = 0; mb < ROW_BLOCKS; ++mb)
 #pragma unroll
-                        for (int r = 0; r < 4; ++r) p_prev[kp][mb][r] = pa[mb][r];
+                        for (int e = 0; e < 8; ++e) {  // e: element e & 3 of key block 2kp + e / 4
+                            p_prev[kp][mb][e] = s[mb][2 * kp + (e >> 2)][e & 3];
+                            if (e < 4) p_prev_half[kp][mb][e] = pa[mb][e];
+                        }
                 } else {
 #pragma unroll
                     for (int dp = 0; dp < D / 16; ++dp) {

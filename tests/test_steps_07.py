@@ -76,9 +76,10 @@ def test_the_first_step_has_every_technique_off_and_the_last_every_one_on_but_th
 @pytest.mark.parametrize("step", KERNEL_STEPS, ids=lambda s: s.number)
 def test_each_diff_is_short_and_shows_the_switch_it_turns(step):
     diff = steps.step_diff(steps.previous(step), step)
-    # Step 7.13 moves O += P V a trip later (its P and V stage held over, V's copy a tile behind K's,
-    # and the last tile's after the loop): about 80 lines; the others stay under 60.
-    assert 0 < steps.changed_lines(diff) < (90 if step.number == "7.13" else 60), diff
+    # Step 7.13 moves O += P V a trip later (its P and V stage held over, P in fp32 where registers
+    # allow, V's copy a tile behind K's, and the last tile's after the loop): about 100 lines; the
+    # others stay under 60.
+    assert 0 < steps.changed_lines(diff) < (110 if step.number == "7.13" else 60), diff
     after = steps.step_switches(step)
     for name in changed_switches(step):
         assert f"+// {name} = {str(after[name]).lower()}" in diff
@@ -110,7 +111,7 @@ def test_the_code_changes_where_the_technique_lives():
     for marks in ("load_whole_tile", "__any_sync"):  # and the helper it brings shows with it
         assert marks in steps.step_source("7.11") and marks not in steps.step_source("7.10")
     assert "load_whole_tile" in steps.step_source("7.12") and "__any_sync" not in steps.step_source("7.12")
-    for marks in ("add_pv_prev(prev_stage);", "unsigned p_prev[", "v_stage = (stage + STAGES - 2) % STAGES"):
+    for marks in ("add_pv_prev(prev_stage);", "float p_prev[", "v_stage = (stage + STAGES - 2) % STAGES"):
         assert marks in steps.step_source("7.13") and marks not in steps.step_source("7.12", 128)
     assert "if (true) {" in steps.step_source("7.13") and "if (DEFER_PV ||" not in steps.step_source("7.12")
 

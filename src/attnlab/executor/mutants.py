@@ -115,6 +115,11 @@ MUTANTS: tuple[Mutant, ...] = (
            "if (!causal || k0 <= warp_row0 + WARP_ROWS - 1) {", ("07_mma_deferred_pv_two_rows",),
            "step 7.13 keeps the causal skip of a slice past the warp's rows, and with it the O += P V of the tile "
            "before, which the skipped block was to add"),
+    Mutant("07-deferred-p-pack", "07_mma_swizzle.cu",
+           "pack_half2(p_prev[kp][mb][2 * r], p_prev[kp][mb][2 * r + 1])",
+           "pack_half2(p_prev[kp][mb][2 * r + 1], p_prev[kp][mb][2 * r])", ("07_mma_deferred_pv",),
+           "step 7.13 rounds the P it held in fp32 into A fragments with each pair's two keys swapped: "
+           "every key's probability multiplies its neighbour's V row"),
     Mutant("07-lean-rescale-vote", "07_mma_swizzle.cu",
            "if (!__any_sync(0xffffffffu, m_new != m_run[mb][h])) continue;",
            "if (!__all_sync(0xffffffffu, m_new != m_run[mb][h])) continue;", ("07_mma_lean_loop",),

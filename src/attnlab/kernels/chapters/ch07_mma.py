@@ -29,9 +29,10 @@ MAX_STAGES = 3                # and the most stages it gives
 # takes those tiles or less, cta_split_tiles). tests/test_kernel_07_static.py holds each
 # build to it. Registers move between CUDA toolkits: a build over the bound fails that test, and
 # the bound moves with it. Step 7.13's entries set it (their P of the tile before, held across a
-# trip: up to 167 at D = 64, under the 168 that still let three CTAs share an sm_90 SM, and 241 at
-# D = 128).
-REGISTERS = {64: 168, 128: 244}
+# trip: up to 167 at D = 64, under the 168 that still let three CTAs share an sm_90 SM, and 252 at
+# D = 128, where P waits in fp32: 256 in the allocation's steps of 8 still let two CTAs share an SM,
+# as 244 did).
+REGISTERS = {64: 168, 128: 252}
 # And of step 7.7's entries with two 16-row blocks per warp (D = 64 only): two CTAs of 128 threads
 # may hold 255 registers each (256 in the allocation's steps of 8), and ptxas takes nearly all of
 # them (step 7.11's lean entry 253 on sm_80, the others 250 or fewer): the bound is that ceiling.
@@ -552,10 +553,11 @@ def whole_tile_geometry(config: dict) -> dict:
 # warps take in turn: more warps per SM buy nothing there, more independent work inside a warp may.
 # The MMAs of tile j-1's O += P V depend on nothing tile j's softmax computes, so they go between tile
 # j's scores and its softmax, and ptxas may fill the softmax's waits with them (FlashAttention-3's
-# intra-warpgroup overlap, here with mma.sync). The price: P of one tile held in registers (fp16) and
-# V of one more tile held in shared memory (its stage is refilled a trip later). With two row blocks
-# (D = 64) the held P takes ptxas to 255 registers and the model predicts a loss: the step keeps step
-# 7.12's two-row entries there.
+# intra-warpgroup overlap, here with mma.sync). The price: P of one tile held in registers (in fp32,
+# rounded where those MMAs read it, where registers allow: one row block, and at D = 64 a key split;
+# else in fp16) and V of one more tile held in shared memory (its stage is refilled a trip later).
+# With two row blocks (D = 64) the held P takes ptxas to 255 registers and the model predicts a loss:
+# the step keeps step 7.12's two-row entries there.
 DEFERRED_PV_LAUNCHES = ("07_mma_deferred_pv", "07_mma_deferred_pv_across_heads")
 
 
