@@ -38,8 +38,9 @@
 //   the CTA. Not on sm_80: at D = 64 a third stage would leave two CTAs of the three it holds.
 //   The key tile is chosen first, then the stages: a wider tile halves the barriers and the
 //   softmax's row reductions per key; a third stage only hides what the second mostly hides.
-//   Registers: about 155 (D = 64), 190 (D = 128, 32-key tiles) and 230 (64-key tiles) per thread,
-//   within the 255 that two CTAs of 128 threads may hold; MIN_CTAS_PER_SM tells ptxas so.
+//   Registers: up to the registry's bounds per entry (chapters/ch07_mma.py: REGISTERS,
+//   TWO_ROWS_REGISTERS), within the 255 that two CTAs of 128 threads may hold; MIN_CTAS_PER_SM
+//   tells ptxas so.
 //   One stage (steps 7.1 to 7.3): 24 KB (D = 64) / 32 KB (D = 128; 48 KB with 64-key tiles).
 //
 // Filling the GPU: the keys split inside the CTA (KV_SPLIT). At the mission shape (1, 8, 512, 64)
@@ -96,7 +97,10 @@
 //                              behind K in the copies, since tile j-1's V is used a trip later.
 //                              Where registers allow, P waits in fp32 and is rounded at its MMAs.
 // 07_mma_noswizzle (SWIZZLE = false in 07_mma) is an ablation: every ldmatrix phase is an
-// 8-way bank conflict.
+// 8-way bank conflict. 07_mma_two_rows_at_d128 is step 7.13's launches with ROW_BLOCKS = 2 at
+// D = 128 too, in step 7.12's loop: Q's fragments are read from the Q tile at every k-step
+// (Q_FROM_TILE), and the key tile is 32 on every GPU (BLOCK_N_D128_TWO_ROWS: Q 32 KB + STAGES x
+// 16 KB). The model predicts it slower than step 7.13 on an H100 (step 7.13's page).
 //
 // Launch: block (32 WARPS,), grid (ceil(L / BLOCK_M), B*H), dynamic shared memory as above (the
 // launcher opts in above 48 KB). Limits: D in {64, 128}; any L >= 1 (rows past L are zero-filled
@@ -127,6 +131,9 @@ constexpr int BLOCK_N_D128 = ATTN07_BLOCK_N_D128;  // 64 on sm_80 and sm_90, fro
 #else
 constexpr int BLOCK_N_D128 = 32;      // keys per tile at D = 128 on the L4 (see the smem budget above)
 #endif
+// Keys per tile of the two-row entries at D = 128 (Q_FROM_TILE), on every GPU: their loop holds 255
+// registers a thread with 32-key tiles, and with 64 it spills on sm_90.
+constexpr int BLOCK_N_D128_TWO_ROWS = 32;
 // K/V stages per head dim: 2 on the L4 (sm_89, and sm_86) and sm_80, 3 on sm_90 (see the budget
 // above), passed by the launcher as -DATTN07_STAGES_D64=3 -DATTN07_STAGES_D128=3. FlashAttention-2's
 // route may take fewer where its partial kernel would spill (chapters.ch07_mma.PARTIAL_TOPS).
@@ -298,8 +305,25 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
         }
     }
 
+    // Only with Q_FROM_TILE: two row blocks at D = 128 hold 128 fp32 accumulators of O
+    // per lane; with Q's 64 registers of fragments beside them the loop would spill, so each k-step
+    // reads its Q fragments from the Q tile instead (FlashAttention-2 reads Q from shared memory at
+    // D = 128 too).
+    constexpr bool Q_FROM_TILE = ROW_BLOCKS * D > 128;
+
+    // An A operand of Q from the tile, at byte `offset` of it (-q for a negative scale, below).
+    auto load_q = [&](unsigned (&f)[4], int offset) {
+        attn::ldsm_x4(f, q_tile + offset);
+        if (scale < 0.f) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) f[r] ^= 0x80008000u;  // -q, both halves
+        }
+    };
+
+    // Only without Q_FROM_TILE: the A operands of Q per 16-row block and k-step, kept for the whole loop.
+    unsigned q_frag[(Q_FROM_TILE ? 1 : ROW_BLOCKS)][(Q_FROM_TILE ? 1 : K_STEPS)][4];
+
     // Per 16-row block mb of the warp's rows (rows warp_row0 + 16 mb + g and + g + 8):
-    unsigned q_frag[ROW_BLOCKS][K_STEPS][4];  // A operands of Q for the whole loop
     float o_acc[ROW_BLOCKS][O_BLOCKS][4];     // C layout: [0],[1] row g, cols 2t, 2t+1; [2],[3] row g+8
     float m_run[ROW_BLOCKS][2];               // running max of the raw scores of rows g, g+8
     float l_run[ROW_BLOCKS][2];               // this lane's share of the running sums
@@ -431,19 +455,15 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
             }
         }
 
-        if (j == tile0) {
+        if constexpr (!Q_FROM_TILE) {
+            if (j == tile0) {
 #pragma unroll
-            for (int mb = 0; mb < ROW_BLOCKS; ++mb)
+                for (int mb = 0; mb < ROW_BLOCKS; ++mb)
 #pragma unroll
-                for (int ks = 0; ks < K_STEPS; ++ks) {
-                    attn::ldsm_x4(q_frag[mb][ks], q_tile + attn::tile_offset<ROW_BYTES, SWIZZLE>(
-                                                         row_warp * WARP_ROWS + 16 * mb + attn::ldsm_row(lane),
-                                                         2 * ks + attn::ldsm_chunk(lane)));
-                    if (scale < 0.f) {
-#pragma unroll
-                        for (int r = 0; r < 4; ++r) q_frag[mb][ks][r] ^= 0x80008000u;  // -q, both halves
-                    }
-                }
+                    for (int ks = 0; ks < K_STEPS; ++ks)
+                        load_q(q_frag[mb][ks], attn::tile_offset<ROW_BYTES, SWIZZLE>(row_warp * WARP_ROWS + 16 * mb + attn::ldsm_row(lane),
+                                                                                   2 * ks + attn::ldsm_chunk(lane)));
+            }
         }
 
         const int k0 = j * BLOCK_N + key0;  // this warp's first key of the tile
@@ -461,19 +481,46 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
                 for (int nb = 0; nb < S_BLOCKS; ++nb)
 #pragma unroll
                     for (int e = 0; e < 4; ++e) s[mb][nb][e] = 0.f;
-#pragma unroll
-            for (int np = 0; np < S_BLOCKS / 2; ++np)
+            if constexpr (Q_FROM_TILE) {
+                // Q_FROM_TILE: k-step outermost, so each Q fragment is read once per tile and feeds
+                // every key block; each score still sums its k-steps in the same order. Chunk 2 ks + c
+                // (c = 0, 1) is chunk c XOR 2 ks, and the swizzle XORs a chunk with its row, so its
+                // offset is chunk c's XOR 32 ks bytes: one address register per lane for all k-steps,
+                // where one per k-step spills on sm_90.
+                const int q_lane = attn::tile_offset<ROW_BYTES, SWIZZLE>(row_warp * WARP_ROWS + attn::ldsm_row(lane),
+                                                                         attn::ldsm_chunk(lane));
+                const int k_lane = attn::tile_offset<ROW_BYTES, SWIZZLE>(key0 + attn::ldsm_row_b(lane), attn::ldsm_chunk_b(lane));
 #pragma unroll
                 for (int ks = 0; ks < K_STEPS; ++ks) {
-                    unsigned kf[4];
-                    attn::ldsm_x4(kf, k_tile(stage) + attn::tile_offset<ROW_BYTES, SWIZZLE>(
-                                                    key0 + 16 * np + attn::ldsm_row_b(lane), 2 * ks + attn::ldsm_chunk_b(lane)));
+                    unsigned qf[ROW_BLOCKS][4];
 #pragma unroll
-                    for (int mb = 0; mb < ROW_BLOCKS; ++mb) {
-                        attn::mma_16816(s[mb][2 * np], q_frag[mb][ks], kf[0], kf[1]);
-                        attn::mma_16816(s[mb][2 * np + 1], q_frag[mb][ks], kf[2], kf[3]);
+                    for (int mb = 0; mb < ROW_BLOCKS; ++mb) load_q(qf[mb], (q_lane ^ (ks << 5)) + 16 * mb * ROW_BYTES);
+#pragma unroll
+                    for (int np = 0; np < S_BLOCKS / 2; ++np) {
+                        unsigned kf[4];
+                        attn::ldsm_x4(kf, k_tile(stage) + (k_lane ^ (ks << 5)) + 16 * np * ROW_BYTES);
+#pragma unroll
+                        for (int mb = 0; mb < ROW_BLOCKS; ++mb) {
+                            attn::mma_16816(s[mb][2 * np], qf[mb], kf[0], kf[1]);
+                            attn::mma_16816(s[mb][2 * np + 1], qf[mb], kf[2], kf[3]);
+                        }
                     }
                 }
+            } else {
+#pragma unroll
+                for (int np = 0; np < S_BLOCKS / 2; ++np)
+#pragma unroll
+                    for (int ks = 0; ks < K_STEPS; ++ks) {
+                        unsigned kf[4];
+                        attn::ldsm_x4(kf, k_tile(stage) + attn::tile_offset<ROW_BYTES, SWIZZLE>(
+                                                        key0 + 16 * np + attn::ldsm_row_b(lane), 2 * ks + attn::ldsm_chunk_b(lane)));
+#pragma unroll
+                        for (int mb = 0; mb < ROW_BLOCKS; ++mb) {
+                            attn::mma_16816(s[mb][2 * np], q_frag[mb][ks], kf[0], kf[1]);
+                            attn::mma_16816(s[mb][2 * np + 1], q_frag[mb][ks], kf[2], kf[3]);
+                        }
+                    }
+            }
 
             // Mask keys past L and, causal, keys after the row. Only the last tile and the tiles
             // that cross this warp's diagonal need the per-element test.
@@ -799,6 +846,11 @@ ATTN07_ENTRY(attn_fwd_07_mma_deferred_pv_across_heads_split4_d128, 128, BLOCK_N_
 ATTN07_ENTRY(attn_fwd_07_mma_deferred_pv_two_rows_d64, 64, BLOCK_N_D64, 1, true, STAGES_D64, true, true, 2, true, true, false, true)
 ATTN07_ENTRY(attn_fwd_07_mma_deferred_pv_two_rows_split2_d64, 64, BLOCK_N_D64, 2, true, STAGES_D64, true, true, 2, true, true, false, true)
 ATTN07_ENTRY(attn_fwd_07_mma_deferred_pv_two_rows_split4_d64, 64, BLOCK_N_D64, 4, true, STAGES_D64, true, true, 2, true, true, false, true)
+// Step 7.12's two-row entries at D = 128 too (two row blocks make Q_FROM_TILE), with 32-key tiles on
+// every GPU, for the ablation 07_mma_two_rows_at_d128. A 4-way split of a 32-key tile would leave 8
+// keys a group: no such entry.
+ATTN07_ENTRY(attn_fwd_07_mma_q_from_tile_d128, 128, BLOCK_N_D128_TWO_ROWS, 1, true, STAGES_D128, true, true, 2, true, true, false, false)
+ATTN07_ENTRY(attn_fwd_07_mma_q_from_tile_split2_d128, 128, BLOCK_N_D128_TWO_ROWS, 2, true, STAGES_D128, true, true, 2, true, true, false, false)
 
 // FlashAttention-2's split across CTAs (07_mma_split_ctas): the partial kernel (grid z = splits),
 // then the combine.

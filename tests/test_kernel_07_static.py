@@ -26,7 +26,8 @@ IDS = ("07_mma", "07_mma_split2", "07_mma_split4", "07_mma_nosplit", "07_mma_two
        "07_mma_single_buffer", "07_mma_longest_first", "07_mma_plain", "07_mma_two_row_blocks", "07_mma_across_heads",
        "07_mma_rows_that_fill", "07_mma_even_split", "07_mma_lean", "07_mma_lean_across_heads", "07_mma_lean_loop",
        "07_mma_whole_tiles", "07_mma_whole_tiles_across_heads", "07_mma_whole_tile_copy", "07_mma_deferred_pv",
-       "07_mma_deferred_pv_across_heads", "07_mma_pv_a_tile_later", "07_mma_deferred_pv_two_rows")
+       "07_mma_deferred_pv_across_heads", "07_mma_pv_a_tile_later", "07_mma_deferred_pv_two_rows", "07_mma_q_from_tile",
+       "07_mma_two_rows_at_d128")
 SPEC = registry.KERNELS["07_mma"]  # the source's own tiles (the L4's)
 SRC = SPEC.path.read_text()
 MAX_REGS_PER_SM = 65536
@@ -59,7 +60,7 @@ def _entries() -> dict[str, tuple[int, int, bool, int | None, bool, int, bool, b
     blocks per warp, causal tiles across the heads, whole-tile copy, skipped rescale, O += P V a
     tile later), from the ATTN07_ENTRY lines."""
     assert re.search(r"extern \"C\" __global__ void __launch_bounds__\(THREADS, MIN_CTAS_PER_SM\)", SRC)
-    found = re.findall(r"^ATTN07_ENTRY\((attn_fwd_07_\w+), (\d+), BLOCK_N_D\2, (\d+), (true|false), "
+    found = re.findall(r"^ATTN07_ENTRY\((attn_fwd_07_\w+), (\d+), BLOCK_N_D\2(?:_TWO_ROWS)?, (\d+), (true|false), "
                        r"(STAGES_D\2|1), (true|false), (?:true|false), ([12]), (true|false), (true|false), (true|false), "
                        r"(true|false)\)$",
                        SRC, re.M)
@@ -76,6 +77,15 @@ def entry_stages(entry: str, st: dict) -> int:
 
 
 ENTRIES = _entries()
+# The two-row entries at D = 128 (07_mma_q_from_tile's) take their own key tile on every GPU
+# (BLOCK_N_D128_TWO_ROWS).
+OWN_TILE = {name: _const(f"BLOCK_N_D{d}_TWO_ROWS")
+            for name, d in re.findall(r"^ATTN07_ENTRY\((attn_fwd_07_\w+), (\d+), BLOCK_N_D\2_TWO_ROWS,", SRC, re.M)}
+
+
+def entry_tiles(entry: str, bn: dict) -> dict:
+    """The key tiles per head dim `entry` runs with in a build whose tiles are `bn`."""
+    return {**bn, ENTRIES[entry][0]: OWN_TILE[entry]} if entry in OWN_TILE else bn
 # FlashAttention-2's route (07_mma_split_ctas): partial entry -> D, and the combine kernel.
 PARTIALS = {name: int(d) for name, d in re.findall(r"^ATTN07_PARTIAL_ENTRY\((attn_fwd_07_mma_partial_d(\d+)), \2, "
                                                     r"BLOCK_N_D\2, STAGES_D\2\)$", SRC, re.M)}
@@ -86,11 +96,18 @@ def _smem(D: int, n_stages: int, split: int = 1, bn: dict | None = None, rb: int
     return 2 * D * (BLOCK_M * rb // split + n_stages * 2 * (bn or BLOCK_N)[D])
 
 
+def _partials(D: int, split: int, rb: int) -> int:
+    """Q, then the key split's merge partials where they outgrow the K/V stages (two row blocks at
+    D = 128 with 32-key tiles): (split - 1) x warps per group x rb x 32 lanes x (D/2 + 4) floats."""
+    return 2 * D * BLOCK_M * rb // split + (split - 1) * (WARPS // split) * rb * 32 * (D // 2 + 4) * 4
+
+
 def _runs(entry: str, bn: dict) -> bool:
     """Whether the launcher may run `entry` with key tiles `bn` (split_fits: whole 16-key slices);
     a split entry whose slice is not whole compiles to nothing."""
     D, split = ENTRIES[entry][:2]
-    return bn[D] % split == 0 and (bn[D] // split) % 16 == 0
+    n = entry_tiles(entry, bn)[D]
+    return n % split == 0 and (n // split) % 16 == 0
 
 
 def _built(kernel_id: str, arch: str, config: dict | None = None):
@@ -175,7 +192,8 @@ def _opcodes(lines: list[str]):
 
 
 def test_registry_names_every_entry_with_its_head_dim():
-    assert len(ENTRIES) == 61
+    assert len(ENTRIES) == 63 and set(OWN_TILE) == {"attn_fwd_07_mma_q_from_tile_d128",
+                                                    "attn_fwd_07_mma_q_from_tile_split2_d128"}
     named = {arch: set() for arch in ARCHES}
     for arch in ARCHES:
         for kid in IDS:
@@ -190,7 +208,7 @@ def test_registry_names_every_entry_with_its_head_dim():
                            "07_mma_rows_that_fill", "07_mma_even_split", "07_mma_lean", "07_mma_lean_across_heads",
                            "07_mma_lean_loop", "07_mma_whole_tiles", "07_mma_whole_tiles_across_heads",
                            "07_mma_whole_tile_copy", "07_mma_deferred_pv", "07_mma_deferred_pv_across_heads",
-                           "07_mma_pv_a_tile_later"):
+                           "07_mma_pv_a_tile_later", "07_mma_q_from_tile"):
                 assert "ablation" in spec.summary and spec.variant_of == "07_mma"
     # every entry runs somewhere; the 4-way split at D = 128 only with 64-key tiles
     assert named["sm_90"] == named["sm_80"] == set(ENTRIES)
@@ -235,6 +253,16 @@ def test_registry_names_every_entry_with_its_head_dim():
     ablation = registry.get("07_mma_deferred_pv_two_rows")
     assert {ENTRIES[e][5:] for e in ablation.entries_at_head_dim(64)} == {(2, True, True, False, True)}
     assert set(ablation.entries_at_head_dim(128)) == set(registry.get("07_mma_deferred_pv_across_heads").entries_at_head_dim(128))
+    # the ablation 07_mma_two_rows_at_d128 runs step 7.13's entries but at D = 128 with two row blocks:
+    # there step 7.12's two-row loop with two row blocks (unsplit and split in two: a 32-key tile
+    # splits no further)
+    fourteen = registry.get("07_mma_two_rows_at_d128")
+    assert set(fourteen.entries_at_head_dim(64)) == set(later.entries_at_head_dim(64))
+    two_rows = {e for e in fourteen.entries_at_head_dim(128) if ENTRIES[e][5] == 2}
+    assert two_rows == set(OWN_TILE)
+    assert {e for e in fourteen.entries_at_head_dim(128) if e not in two_rows} == set(
+        registry.get("07_mma_deferred_pv").entries_at_head_dim(128))
+    assert {ENTRIES[e][1:] for e in two_rows} == {(s, True, None, True, 2, True, True, False, False) for s in (1, 2)}
 
 
 @pytest.mark.parametrize("arch", ARCHES)
@@ -251,7 +279,8 @@ def test_registry_mirrors_the_kernel_constants(kid, arch):
             assert spec.block(shape) == (THREADS, 1, 1)
             assert spec.grid(shape) == (-(-L // (BLOCK_M * rb // split)), 6, 1)
             n_stages = entry_stages(cfg["entry"], stages(spec))
-            assert spec.dynamic_smem(shape) == _smem(D, n_stages, split, bn, rb) <= SM_LIMITS[arch].smem_per_block
+            assert spec.dynamic_smem(shape) == max(_smem(D, n_stages, split, entry_tiles(cfg["entry"], bn), rb),
+                                                   _partials(D, split, rb)) <= SM_LIMITS[arch].smem_per_block
     assert registry.ch07_mma.WARPS == WARPS and registry.ch07_mma.BLOCK_N == BLOCK_N
     # the fixed split of 4 runs D = 128 only where the tile is 64 keys (16 per group)
     if kid == "07_mma_split4":
@@ -266,9 +295,13 @@ def test_resources_no_spill_smem_and_two_ctas_per_sm(build):
             continue
         f = resources[name]
         assert not f.spills and f.stack_bytes == 0, f"{name} on {arch}: {f}"
-        smem = f.static_smem + _smem(D, entry_stages(name, st), split, bn, rb)
+        smem = f.static_smem + max(_smem(D, entry_stages(name, st), split, entry_tiles(name, bn), rb), _partials(D, split, rb))
         assert smem <= SM_LIMITS[arch].smem_per_block
-        assert occupancy(arch, THREADS, f.registers, smem).blocks_per_sm >= MIN_CTAS, f"{name} on {arch}"
+        # Two CTAs per SM, but for the two-row entries at D = 128 on the 100 KB of an sm_89 SM,
+        # where their 128-row Q tile leaves room for one (the registers would hold two)
+        one_by_smem = name in OWN_TILE and arch == "sm_89"
+        ctas = occupancy(arch, THREADS, f.registers, smem).blocks_per_sm
+        assert ctas == 1 if one_by_smem else ctas >= MIN_CTAS, f"{name} on {arch}: {ctas} CTAs"
         # the register file must hold MIN_CTAS_PER_SM CTAs (allocation: 8 registers per thread)
         assert MIN_CTAS * THREADS * (-(-f.registers // 8) * 8) <= MAX_REGS_PER_SM, f"{name}: {f.registers} regs"
         # and the bound the registry's choice of stages counts CTAs with holds
@@ -307,7 +340,7 @@ def test_sass_has_the_promised_instruction_mix(build):
         if not _runs(name, bn):
             continue
         ops = _opcodes(sass[name])
-        for op, n in _expected(D, split, bn, entry_stages(name, st), rb, whole, defer).items():
+        for op, n in _expected(D, split, entry_tiles(name, bn), entry_stages(name, st), rb, whole, defer).items():
             assert ops[op] == n, f"{name} on {arch}: {op} x{ops[op]}, expected {n}"
         assert not any(op.startswith(("LDL", "STL")) for op in ops), f"{name}: local memory"
         assert not any(op.startswith("STG") and op != "STG.E.128" for op in ops), f"{name}: narrow stores"
@@ -356,7 +389,7 @@ def test_the_row_max_is_reduced_per_tile_and_the_row_sum_once(arch):
             D, split, rb = ((*ENTRIES[name][:2], ENTRIES[name][5]) if name in ENTRIES else (PARTIALS[name], 1, 1))
             inside, outside = loop_split(sass, name)
             assert (inside["SHFL.BFLY"], outside["SHFL.BFLY"]) == (4 * rb, 4 * rb), f"{name} on {arch}: {inside}, {outside}"
-            sub_n = bn[D] // split
+            sub_n = (entry_tiles(name, bn) if name in ENTRIES else bn)[D] // split
             last_pv = rb * (sub_n // 16) * (D // 8) if name in ENTRIES and ENTRIES[name][9] else 0
             assert outside["HMMA.16816.F32"] == last_pv and inside["HMMA.16816.F32"] > 0, f"{name} on {arch}"
             assert (inside["MUFU.EX2"], outside["MUFU.EX2"]) == (rb * (sub_n // 2 + 2), rb * 4 * (split - 1)), \

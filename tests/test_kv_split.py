@@ -338,3 +338,52 @@ def test_steps_7_11_to_7_13_pass_the_cpu_check_where_they_take_step_7_8s_launch(
     assert spec.launch_config(shape)["entry"] == f"{TWO_ROWS_AT_64.get(prefix, prefix)}_across_heads_d64"
     case = cpu.check_case_cpu(spec, shape, causal, 0)
     assert case.passed and not case.findings, case
+
+
+@pytest.mark.parametrize("arch,sms", [("sm_89", 58), ("sm_90", 132), ("sm_80", 108)])
+def test_two_rows_at_d128_launches_step_7_13s_launches_but_two_row_blocks_at_d128(arch, sms):
+    """The ablation 07_mma_two_rows_at_d128 changes step 7.13's two-row launch at D = 128 only: wherever
+    the launcher takes it, the entry is its own (128-row CTAs, 32-key tiles: Q 32 KB and a 16 KB K/V
+    stage), and everywhere else it launches what step 7.13 launches (at D = 128 the one-row launch
+    where step 7.13 took its two-row one, which there is one row block with its causal tiles across
+    the heads)."""
+    ablation, thirteen = registry.get("07_mma_two_rows_at_d128", arch), registry.get("07_mma_pv_a_tile_later", arch)
+    stages = ablation.config["ATTN07_STAGES_D128"]
+    took = set()
+    for s in ROWS_THAT_FILL + [MISSION, Shape(1, 8, 512, 128), Shape(1, sms, 228, 128), Shape(3, 5, 700, 128)]:
+        mine, theirs = ablation.launch_config(s, sms), thirteen.launch_config(s, sms)
+        if mine["entry"].startswith("attn_fwd_07_mma_q_from_tile"):
+            took.add(s)
+            assert s.D == 128 and mine["kv_split"] == 1 and mine["entry"] == "attn_fwd_07_mma_q_from_tile_d128"
+            assert mine["grid"] == (-(-s.L // 128), s.B * s.H, 1)
+            assert mine["dynamic_smem"] == 2 * 128 * 128 + stages * 2 * 32 * 2 * 128
+            assert theirs["entry"] == "attn_fwd_07_mma_deferred_pv_across_heads_d128"  # step 7.13's two-row launch
+        elif s.D == 128 and theirs["entry"].startswith("attn_fwd_07_mma_deferred_pv_across_heads"):
+            assert mine == {**theirs, "entry": theirs["entry"].replace("_across_heads", "")}, (arch, s)
+        else:
+            assert mine == theirs, (arch, s)
+    assert Shape(2, 16, 4096, 128) in took and Shape(1, sms, 228, 128) in took
+
+
+@pytest.mark.parametrize("arch", ["sm_89", "sm_90"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("scale", [None, -0.09])
+def test_two_row_blocks_at_d128_pass_the_cpu_check_over_many_key_tiles(arch, causal, scale):
+    """The two-row entry at D = 128 (Q read from its tile at every k-step) against the fp64 reference
+    on the executor, with the launcher's choice on a one-SM GPU: its unsplit 128-row launch (the
+    executor suite reaches it only up to L = 64). L = 228 makes eight 32-key tiles, the last ragged,
+    and a second, partial query tile; a negative scale flips the sign of every Q fragment the loop
+    reads. No finding, and the check's pass rule."""
+    from attnlab.executor import cpu
+    from attnlab.pass_rule import ATOL_FLOOR, INPUT_OFFSET, judge, make_inputs
+    from attnlab.reference import naive_fp16, reference_attention
+
+    spec, shape = registry.get("07_mma_two_rows_at_d128", arch), Shape(1, 2, 228, 128)
+    assert spec.launch_config(shape, 1)["entry"] == "attn_fwd_07_mma_q_from_tile_d128"
+    q, k, v = make_inputs(shape, 0, device="cpu", offset=INPUT_OFFSET)
+    ref = reference_attention(q, k, v, causal, scale)
+    fp16_err = float((naive_fp16(q, k, v, causal, scale).double() - ref).abs().max())
+    out, report = cpu.attention_cpu(spec, q, k, v, causal, scale, sms=1)
+    assert report.completed and not report.findings, report.findings
+    verdict = judge(out, ref, fp16_err, ATOL_FLOOR)
+    assert verdict.passed, verdict.reason

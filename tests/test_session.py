@@ -46,7 +46,8 @@ def test_riskiest_kernels_first_variants_last():
                              "07_mma_rows_that_fill", "07_mma_even_split", "07_mma_lean", "07_mma_lean_across_heads",
                              "07_mma_lean_loop", "07_mma_whole_tiles", "07_mma_whole_tiles_across_heads",
                              "07_mma_whole_tile_copy", "07_mma_deferred_pv", "07_mma_deferred_pv_across_heads",
-                             "07_mma_pv_a_tile_later", "07_mma_deferred_pv_two_rows"} | {
+                             "07_mma_pv_a_tile_later", "07_mma_deferred_pv_two_rows", "07_mma_q_from_tile",
+                             "07_mma_two_rows_at_d128"} | {
         k for k in registry.KERNELS if k.startswith("06_ws_")}
     assert order[-len(variants):] == [k for k in order if k in variants]
 

@@ -88,7 +88,7 @@ def test_each_diff_is_short_and_shows_the_switch_it_turns(step):
 @pytest.mark.parametrize("step", STEPS_07, ids=lambda s: s.number)
 def test_a_steps_code_holds_no_branch_its_switches_decide(step):
     code = steps.step_source(step)
-    switch = "|".join(steps.SWITCHES + tuple(steps.FIXED))
+    switch = "|".join(steps.SWITCHES + tuple(steps.FIXED) + tuple(steps.DERIVED))
     left = re.findall(rf"if constexpr \([^)]*\b(?:{switch})\b", code)
     assert not left, left
     assert not re.search(rf"\((?:{switch}) \?", code)
@@ -114,6 +114,9 @@ def test_the_code_changes_where_the_technique_lives():
     for marks in ("add_pv_prev(prev_stage);", "float p_prev[", "v_stage = (stage + STAGES - 2) % STAGES"):
         assert marks in steps.step_source("7.13") and marks not in steps.step_source("7.12", 128)
     assert "if (true) {" in steps.step_source("7.13") and "if (DEFER_PV ||" not in steps.step_source("7.12")
+    # no step reads Q from its tile (two row blocks at D = 128 do: the ablation 07_mma_two_rows_at_d128)
+    assert all("q_lane" not in steps.step_source(s.number, D) and "q_frag[ROW_BLOCKS][K_STEPS][4]" in
+               steps.step_source(s.number, D) for s in STEPS_07 for D in (64, 128))
 
 
 def test_specialize_takes_the_branch_the_switches_choose():
@@ -144,6 +147,16 @@ def test_specialize_decides_an_or_over_a_switch_and_a_paragraph_only_one_switch_
     assert "int kept = 0;\n    int too = 1;" in on and "Only with B" in on and "if (true) {" in on
     assert "kept" not in off and "too" not in off and "if (x < (y + 1)) {" in off
     assert off.startswith("void f() {\n    if (x"), "the paragraph goes with the blank line after it"
+
+
+def test_specialize_drops_a_paragraph_only_a_switch_that_is_off_uses_or_only_one_that_is_on_does_not():
+    text = ("void f() {\n"
+            "    // Only without Q: kept where Q is off.\n    int kept = 0;\n\n"
+            "    // Only with Q: kept where Q is on.\n    int other = 0;\n\n"
+            "    g();\n}\n")
+    on, off = steps.specialize(text, {"Q": True}), steps.specialize(text, {"Q": False})
+    assert "int other" in on and "int kept" not in on
+    assert "int kept" in off and "int other" not in off and "g();" in on and "g();" in off
 
 
 def test_an_unknown_step_is_a_clear_error():

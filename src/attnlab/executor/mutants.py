@@ -211,6 +211,13 @@ MUTANTS: tuple[Mutant, ...] = (
            "attn::mma_16816(s[mb][2 * np], q_frag[mb][ks], kf[1], kf[0]);",
            ("07_mma", "07_mma_plain"),
            "the two B registers of a K fragment swapped"),
+    Mutant("07-q-from-tile-kstep", "07_mma_swizzle.cu",
+           "load_q(qf[mb], (q_lane ^ (ks << 5))", "load_q(qf[mb], (q_lane ^ (ks << 4))", ("07_mma_q_from_tile",),
+           "two row blocks at D = 128 step Q's k-step chunks by one 16-byte chunk instead of two: k-step ks "
+           "reads Q's chunks ks, ks + 1 where K's are 2 ks, 2 ks + 1"),
+    Mutant("07-q-from-tile-row-block", "07_mma_swizzle.cu",
+           "(q_lane ^ (ks << 5)) + 16 * mb * ROW_BYTES);", "(q_lane ^ (ks << 5)));", ("07_mma_q_from_tile",),
+           "with two row blocks at D = 128 the second block reads the first block's Q rows from the tile"),
     Mutant("lane-map-b", "swizzle.cuh",
            "ldsm_row_b(int lane) { return (lane & 7) + ((lane >> 4) << 3); }", "ldsm_row_b(int lane) { return lane & 15; }",
            ("07_mma",),

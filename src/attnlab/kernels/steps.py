@@ -30,6 +30,8 @@ SWITCHES = ("SWIZZLE", "STAGES", "ONE_BARRIER", "LONGEST_FIRST", "KV_SPLIT", "RO
 HELPERS = {"WHOLE_TILES": "template <int D, int ROWS, bool SWIZZLE>\n__device__ __forceinline__ void load_whole_tile("}
 # Chapter 7's steps never take FlashAttention-2's partial route (that is 07_mma_split_ctas).
 FIXED = {"PARTIAL": False}
+# Constants of the kernel the switches decide with the head dim: each resolved in a step's code too.
+DERIVED = {"Q_FROM_TILE": lambda values, D: values["ROW_BLOCKS"] * D > 128}  # two row blocks at D = 128
 
 
 def step_of(key: Step | str) -> Step:
@@ -229,15 +231,16 @@ def _resolve_ternary(text: str, start: int, values: dict) -> tuple[str, int]:
 
 # A paragraph of declarations only one bool switch uses (a variable must outlive the `if constexpr`
 # that fills it): it opens with a comment line "// Only with SWITCH ..." and ends at the first blank
-# line; it goes where the switch is false.
-_ONLY_WITH = re.compile(r"^[ \t]*// Only with (\w+)\b.*\n(?:[ \t]*\S.*\n)*(?:[ \t]*\n)?", re.M)
+# line; it goes where the switch is false ("// Only without SWITCH ...": where it is true).
+_ONLY_WITH = re.compile(r"^[ \t]*// Only with(out)? (\w+)\b.*\n(?:[ \t]*\S.*\n)*(?:[ \t]*\n)?", re.M)
 
 
 def specialize(text: str, values: dict) -> str:
     """`text` as the compiler sees it with the template switches `values`: every `if constexpr`
     over them resolved, every `(SWITCH ? a : b)` and `if (SWITCH || rest)` decided, every "Only with
     SWITCH" paragraph of a switch that is off dropped. What names anything else stays."""
-    text = _ONLY_WITH.sub(lambda m: m.group(0) if values.get(m.group(1), True) else "", text)
+    text = _ONLY_WITH.sub(lambda m: m.group(0) if values.get(m.group(2), not m.group(1)) != bool(m.group(1)) else "",
+                          text)
     i = 0
     while (m := re.compile(r"if constexpr \(").search(text, i)) is not None:
         done = _resolve_if(text, m.start(), values)
@@ -266,8 +269,10 @@ def step_source(step: Step | str, head_dim: int | None = None) -> str:
     """The code of one step at `head_dim` (shown_head_dim without one): its switches,
     attn::tile_offset (kernels/swizzle.cuh), the helpers its switches bring in (HELPERS) and the
     kernel's body (attn_fwd_07), with every branch the switches decide resolved."""
-    values = {**entry_switches(shown_entry(step, head_dim)), **FIXED}
+    D = head_dim or shown_head_dim(step)
+    values = {**entry_switches(shown_entry(step, D)), **FIXED}
     values = {name: values[name] for name in (*SWITCHES, *FIXED)}
+    values |= {name: rule(values, D) for name, rule in DERIVED.items()}
     swizzle_h = (kernels_dir() / "swizzle.cuh").read_text()
     kernel = (kernels_dir() / SOURCE).read_text()
     head = "".join(f"// {n} = {str(values[n]).lower()}\n" for n in SWITCHES)

@@ -21,6 +21,7 @@ BLOCK_M = 16 * WARPS                                        # query rows per CTA
 BLOCK_N = {64: _C["BLOCK_N_D64"], 128: _C["BLOCK_N_D128"]}  # keys per K/V tile (the L4's)
 STAGES = {64: _C["STAGES_D64"], 128: _C["STAGES_D128"]}     # K/V stages (the L4's)
 MIN_CTAS = _C["MIN_CTAS_PER_SM"]                            # __launch_bounds__'s CTAs per SM
+BLOCK_N_D128_TWO_ROWS = _C["BLOCK_N_D128_TWO_ROWS"]         # the two-row key tile at D = 128, every GPU
 COMBINE_THREADS = _C["COMBINE_THREADS"]                     # attn_combine_07's block
 MAX_BLOCK_N = 64              # the largest key tile arch_tiles gives (registers, below)
 MAX_STAGES = 3                # and the most stages it gives
@@ -33,9 +34,10 @@ MAX_STAGES = 3                # and the most stages it gives
 # D = 128, where P waits in fp32: 256 in the allocation's steps of 8 still let two CTAs share an SM,
 # as 244 did).
 REGISTERS = {64: 168, 128: 252}
-# And of step 7.7's entries with two 16-row blocks per warp (D = 64 only): two CTAs of 128 threads
-# may hold 255 registers each (256 in the allocation's steps of 8), and ptxas takes nearly all of
-# them (step 7.11's lean entry 253 on sm_80, the others 250 or fewer): the bound is that ceiling.
+# And of the entries with two 16-row blocks per warp (step 7.7's at D = 64, 07_mma_q_from_tile's at
+# D = 128): two CTAs of 128 threads may hold 255 registers each (256 in the allocation's steps of 8),
+# and ptxas takes nearly all of them (the unsplit two-row entry at D = 128 all 255 on sm_90, step
+# 7.11's lean entry 253 on sm_80): the bound is that ceiling.
 TWO_ROWS_REGISTERS = 255
 # The source's ATTN07_ENTRY lines: entry name -> its template arguments by parameter name.
 _ENTRIES = macro_calls(SOURCE, "ATTN07_ENTRY")
@@ -195,7 +197,7 @@ def arch_tiles(arch: str) -> dict[str, int]:
     memory and lets MIN_CTAS_PER_SM of them share an SM. At D = 128 that is 64 keys (80 KB) where an
     SM holds 164 KB (sm_80) or 228 KB (sm_90), and 32 keys (48 KB) on the 100 KB of sm_86 and sm_89.
     64 is the top because the scores live in registers (BLOCK_N / 2 fp32 per lane): with 64 keys at
-    D = 128 a thread already holds about 230 of the 255 registers two CTAs leave it.
+    D = 128 a thread already holds up to REGISTERS[128] of the 255 registers two CTAs leave it.
 
     Then the stages: the most, up to 3, that keep as many CTAs per SM as two stages do: a third
     stage hides copy latency, a resident CTA hides every latency, so the stage never costs a CTA.
@@ -371,6 +373,9 @@ for _kid, _suffix, _stages, _title, _summary in (
 class LaterStep:
     prefix: str  # the source's entry names start with it
     fallback: str = "attn_fwd_07_mma"  # the prefix of the entries it runs at a head dim it has none of
+    # The key tile its own entries at D = 128 take on every GPU, where not the build's (the two-row
+    # entries of Q_FROM_TILE: BLOCK_N_D128_TWO_ROWS in the source).
+    block_n_d128: int | None = None
 
     @property
     def entries(self) -> dict[int, str]:
@@ -393,8 +398,13 @@ class LaterStep:
                 out.setdefault(s, {})[D] = name
         return {s: dict(sorted(out[s].items())) for s in sorted(out)}
 
+    def tiles(self, config: dict) -> dict:
+        """`config` with the key tile the step's D = 128 entries take."""
+        own = self.block_n_d128 is not None and self.entries[128] == f"{self.prefix}_d128"
+        return {**config, "ATTN07_BLOCK_N_D128": self.block_n_d128} if own else config
+
     def geometry(self, config: dict) -> dict:
-        return geometry(config, row_blocks=self.row_blocks, split_entries=self.split_entries)
+        return geometry(self.tiles(config), row_blocks=self.row_blocks, split_entries=self.split_entries)
 
 
 # Step 7.7: each warp takes two 16-row query blocks (128-row CTAs at D = 64), and every K and V
@@ -421,6 +431,10 @@ DEFERRED_PV_ACROSS_HEADS = LaterStep("attn_fwd_07_mma_deferred_pv_across_heads",
 # The ablation that weighs the deferral with two row blocks at D = 64, where step 7.13 keeps step 7.12's
 # entries (07_mma_deferred_pv_two_rows: step 7.13's two-row launch with the deferral there too).
 DEFERRED_PV_TWO_ROWS = LaterStep("attn_fwd_07_mma_deferred_pv_two_rows", fallback="attn_fwd_07_mma_deferred_pv_across_heads")
+# The two-row launch of the ablation 07_mma_two_rows_at_d128 (below): step 7.12's two-row entries with two row blocks at D = 128 too, Q's
+# fragments read from its tile at every k-step (Q_FROM_TILE in the source), 32-key tiles on every GPU.
+Q_FROM_TILE = LaterStep("attn_fwd_07_mma_q_from_tile", fallback="attn_fwd_07_mma_whole_tiles_across_heads",
+                        block_n_d128=BLOCK_N_D128_TWO_ROWS)
 DEFERRED_PV_SUMMARY = "with each tile's O += P V a tile later: its MMAs run between the next tile's scores and " \
                       "their softmax, which does not wait on them"
 
@@ -444,6 +458,10 @@ for _kid, _step, _title, _summary, _extra in (
         ("07_mma_deferred_pv_across_heads", DEFERRED_PV_ACROSS_HEADS, "two row blocks, O += P V a tile later",
          f"07_mma_whole_tiles_across_heads (step 7.12's two-row launch) {DEFERRED_PV_SUMMARY} (at D = 128; "
          "at D = 64, two row blocks, step 7.12's)",
+         {"causal_heads_first": True}),
+        ("07_mma_q_from_tile", Q_FROM_TILE, "two row blocks at D = 128, Q read from its tile",
+         "07_mma_whole_tiles_across_heads (step 7.12's two-row launch) with two row blocks at D = 128 too: "
+         f"{BLOCK_N_D128_TWO_ROWS}-key tiles on every GPU, Q's fragments read from its tile at every k-step",
          {"causal_heads_first": True}),
         ("07_mma_deferred_pv_two_rows", DEFERRED_PV_TWO_ROWS, "two row blocks, O += P V a tile later at both head dims",
          f"ablation of step 7.13's two-row launch: 07_mma_whole_tiles_across_heads {DEFERRED_PV_SUMMARY}, at D = 64 "
@@ -566,6 +584,22 @@ def deferred_pv_geometry(config: dict) -> dict:
     return even_split_geometry(config, DEFERRED_PV, DEFERRED_PV_ACROSS_HEADS)
 
 
+# The ablation 07_mma_two_rows_at_d128: at (2, 16, 4096, 128) the model bounds step 7.13 by its
+# shared-memory traffic (step 7.13's page), and fewer bytes read per FLOP is what would move it. Two
+# row blocks per warp at D = 128 read each K and V fragment once for both (step 7.7 at D = 64), and
+# read Q's fragments from its tile at every k-step instead of keeping them (two blocks' accumulators
+# leave no room for them): per 32 keys a row block reads 24 fragments where step 7.13's read 32. The
+# two-row launch takes them with step 7.12's loop, as step 7.13's two-row launch does at D = 64
+# (there the held P of DEFER_PV took ptxas to 255 registers and cost waits); the one-row launch is
+# step 7.13's. The model predicts the waits then bound it above step 7.13 (step 7.13's page).
+TWO_ROWS_D128_LAUNCHES = ("07_mma_deferred_pv", "07_mma_q_from_tile")
+
+
+def two_rows_d128_geometry(config: dict) -> dict:
+    """Step 7.10's launcher over step 7.13's one-row entries and the two-row entries of Q_FROM_TILE."""
+    return even_split_geometry(config, DEFERRED_PV, Q_FROM_TILE)
+
+
 for _kid, _geometry, _launches, _two_rows, _title, _summary in (
         ("07_mma_rows_that_fill", rows_that_fill_geometry, ROWS_THAT_FILL, ACROSS_HEADS,
          "two row blocks where they fill the GPU",
@@ -580,7 +614,10 @@ for _kid, _geometry, _launches, _two_rows, _title, _summary in (
         ("07_mma_whole_tile_copy", whole_tile_geometry, WHOLE_TILE_LAUNCHES, WHOLE_TILES_ACROSS_HEADS,
          "whole-tile copy without the vote", f"step 7.10's launches {WHOLE_TILES_SUMMARY}"),
         ("07_mma_pv_a_tile_later", deferred_pv_geometry, DEFERRED_PV_LAUNCHES, DEFERRED_PV_ACROSS_HEADS,
-         "O += P V a tile later", f"step 7.12's launches {DEFERRED_PV_SUMMARY}")):
+         "O += P V a tile later", f"step 7.12's launches {DEFERRED_PV_SUMMARY}"),
+        ("07_mma_two_rows_at_d128", two_rows_d128_geometry, TWO_ROWS_D128_LAUNCHES, Q_FROM_TILE,
+         "two row blocks at D = 128", "ablation of step 7.13: its launches, the two-row one with two row blocks at "
+         "D = 128 too (Q's fragments read from its tile at every k-step, step 7.12's loop)")):
     register(KernelSpec(
         id=_kid,
         title=f"Swizzle + double buffer, {_title}",
