@@ -391,3 +391,13 @@ def test_a_line_the_host_compiler_splits_by_stage_runs_on_every_trip():
             assert (per_line.get(line, trips) == trips).all(), line
         got = per_line.get(first, trips)
         assert (trips - warps <= got).all() and (got <= trips).all()
+
+
+def test_the_model_refuses_counts_of_a_run_that_did_not_complete(monkeypatch):
+    """A count run stopped by its time limit holds part of the launch's counts: every bound would come
+    out too small, so counted() raises instead of predicting from them."""
+    stopped = Trace("07_mma", MISSION, False, None, [], completed=False)
+    monkeypatch.setattr(bounds, "trace", lambda *a, **k: stopped)
+    monkeypatch.setattr(bounds, "trace_one_head", lambda *a, **k: stopped)
+    with pytest.raises(RuntimeError, match="did not complete"):
+        bounds.counted("07_mma", MISSION, False, by_key("L4"))

@@ -166,6 +166,12 @@ def _entry_blocks(saved: dict | None) -> EntryBlocks | None:
     return EntryBlocks(**{k: tuples(v) for k, v in saved.items()})
 
 
+# A count run's limit on the executor. Every CTA of a 1,024-CTA launch at (2, 16, 4096, 128) takes
+# about 15 minutes on one core; a run past the limit stops with part of the counts (not completed,
+# never cached, and refused by the model: model.bounds.counted).
+COUNT_TIME_LIMIT_S = 3600.0
+
+
 def _share(blocks: tuple[int, int, int]):
     """One process's share of a counted launch: the blocks lo, lo + step, ... below hi of the grid (a
     child forked by _run_sharded, which left it the kernel and its inputs in _SHARED_RUN)."""
@@ -178,7 +184,7 @@ def _share(blocks: tuple[int, int, int]):
     lo, hi, step = blocks
     mine = cta is not None and lo <= cta < hi and (cta - lo) % step == 0
     _, report = attention_cpu(spec, q, k, v, causal, seed=seed, races=False, banks=True, count=True,
-                              trace_block=cta if mine else None, time_limit=900.0, sms=sms,
+                              trace_block=cta if mine else None, time_limit=COUNT_TIME_LIMIT_S, sms=sms,
                               block_range=(lo, hi, step))
     return report.completed, [f.line(label) for f in report.findings], report.counts[0]
 
@@ -304,7 +310,7 @@ def trace(kernel: str | KernelSpec, shape: Shape = MISSION, causal: bool = False
         result = Trace(label, shape, bool(causal), cta, [counts], completed, findings)
     else:
         _, report = attention_cpu(spec, q, k, v, causal, seed=seed, races=False, banks=True, count=True,
-                                  trace_block=cta, time_limit=900.0, sms=sms)
+                                  trace_block=cta, time_limit=COUNT_TIME_LIMIT_S, sms=sms)
         result = Trace(label, shape, bool(causal), cta, report.counts, report.completed,
                        [f.line(label) for f in report.findings])
     if path is not None and result.completed:

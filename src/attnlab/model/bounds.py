@@ -362,8 +362,13 @@ def counted(kernel: str, shape: Shape, causal: bool, gpu: GpuSpec) -> Trace:
     spec = registry.get(kernel, gpu.arch)
     ctas = int(np.prod(spec.launch_config(shape, gpu.sms)["grid"]))
     if ctas > RUN_EVERY_CTA and one_head_grid(spec, shape, gpu.sms, causal) is not None:
-        return trace_one_head(kernel, shape, causal, arch=gpu.arch, sms=gpu.sms)
-    return trace(kernel, shape, causal, arch=gpu.arch, sms=gpu.sms)
+        t = trace_one_head(kernel, shape, causal, arch=gpu.arch, sms=gpu.sms)
+    else:
+        t = trace(kernel, shape, causal, arch=gpu.arch, sms=gpu.sms)
+    if not t.completed:  # the counts of part of the launch: every bound would come out too small
+        raise RuntimeError(f"{kernel} at {shape.label()} on the {gpu.key}: the executor's count run did not complete "
+                           "(its time limit, or a hang), so the model has no counts to predict from")
+    return t
 
 
 def gemm_operands(shape: Shape) -> list[tuple[str, str, int]]:
