@@ -311,19 +311,8 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
     // D = 128 too).
     constexpr bool Q_FROM_TILE = ROW_BLOCKS * D > 128;
 
-    // An A operand of Q from the tile, at byte `offset` of it (-q for a negative scale, below).
-    auto load_q = [&](unsigned (&f)[4], int offset) {
-        attn::ldsm_x4(f, q_tile + offset);
-        if (scale < 0.f) {
-#pragma unroll
-            for (int r = 0; r < 4; ++r) f[r] ^= 0x80008000u;  // -q, both halves
-        }
-    };
-
-    // Only without Q_FROM_TILE: the A operands of Q per 16-row block and k-step, kept for the whole loop.
-    unsigned q_frag[(Q_FROM_TILE ? 1 : ROW_BLOCKS)][(Q_FROM_TILE ? 1 : K_STEPS)][4];
-
     // Per 16-row block mb of the warp's rows (rows warp_row0 + 16 mb + g and + g + 8):
+    unsigned q_frag[(Q_FROM_TILE ? 1 : ROW_BLOCKS)][(Q_FROM_TILE ? 1 : K_STEPS)][4];  // A operands of Q for the whole loop
     float o_acc[ROW_BLOCKS][O_BLOCKS][4];     // C layout: [0],[1] row g, cols 2t, 2t+1; [2],[3] row g+8
     float m_run[ROW_BLOCKS][2];               // running max of the raw scores of rows g, g+8
     float l_run[ROW_BLOCKS][2];               // this lane's share of the running sums
@@ -460,9 +449,15 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
 #pragma unroll
                 for (int mb = 0; mb < ROW_BLOCKS; ++mb)
 #pragma unroll
-                    for (int ks = 0; ks < K_STEPS; ++ks)
-                        load_q(q_frag[mb][ks], attn::tile_offset<ROW_BYTES, SWIZZLE>(row_warp * WARP_ROWS + 16 * mb + attn::ldsm_row(lane),
-                                                                                   2 * ks + attn::ldsm_chunk(lane)));
+                    for (int ks = 0; ks < K_STEPS; ++ks) {
+                        attn::ldsm_x4(q_frag[mb][ks], q_tile + attn::tile_offset<ROW_BYTES, SWIZZLE>(
+                                                             row_warp * WARP_ROWS + 16 * mb + attn::ldsm_row(lane),
+                                                             2 * ks + attn::ldsm_chunk(lane)));
+                        if (scale < 0.f) {
+#pragma unroll
+                            for (int r = 0; r < 4; ++r) q_frag[mb][ks][r] ^= 0x80008000u;  // -q, both halves
+                        }
+                    }
             }
         }
 
@@ -494,7 +489,13 @@ __device__ __forceinline__ void attn_fwd_07(const __half* __restrict__ q, const 
                 for (int ks = 0; ks < K_STEPS; ++ks) {
                     unsigned qf[ROW_BLOCKS][4];
 #pragma unroll
-                    for (int mb = 0; mb < ROW_BLOCKS; ++mb) load_q(qf[mb], (q_lane ^ (ks << 5)) + 16 * mb * ROW_BYTES);
+                    for (int mb = 0; mb < ROW_BLOCKS; ++mb) {
+                        attn::ldsm_x4(qf[mb], q_tile + (q_lane ^ (ks << 5)) + 16 * mb * ROW_BYTES);
+                        if (scale < 0.f) {
+#pragma unroll
+                            for (int r = 0; r < 4; ++r) qf[mb][r] ^= 0x80008000u;  // -q, as above
+                        }
+                    }
 #pragma unroll
                     for (int np = 0; np < S_BLOCKS / 2; ++np) {
                         unsigned kf[4];

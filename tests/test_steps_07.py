@@ -149,16 +149,6 @@ def test_specialize_decides_an_or_over_a_switch_and_a_paragraph_only_one_switch_
     assert off.startswith("void f() {\n    if (x"), "the paragraph goes with the blank line after it"
 
 
-def test_specialize_drops_a_paragraph_only_a_switch_that_is_off_uses_or_only_one_that_is_on_does_not():
-    text = ("void f() {\n"
-            "    // Only without Q: kept where Q is off.\n    int kept = 0;\n\n"
-            "    // Only with Q: kept where Q is on.\n    int other = 0;\n\n"
-            "    g();\n}\n")
-    on, off = steps.specialize(text, {"Q": True}), steps.specialize(text, {"Q": False})
-    assert "int other" in on and "int kept" not in on
-    assert "int kept" in off and "int other" not in off and "g();" in on and "g();" in off
-
-
 def test_an_unknown_step_is_a_clear_error():
     with pytest.raises(KeyError, match="no chapter-7 step"):
         steps.step_source("7.99")

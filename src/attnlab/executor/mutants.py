@@ -212,7 +212,7 @@ MUTANTS: tuple[Mutant, ...] = (
            ("07_mma", "07_mma_plain"),
            "the two B registers of a K fragment swapped"),
     Mutant("07-q-from-tile-kstep", "07_mma_swizzle.cu",
-           "load_q(qf[mb], (q_lane ^ (ks << 5))", "load_q(qf[mb], (q_lane ^ (ks << 4))", ("07_mma_q_from_tile",),
+           "attn::ldsm_x4(qf[mb], q_tile + (q_lane ^ (ks << 5))", "attn::ldsm_x4(qf[mb], q_tile + (q_lane ^ (ks << 4))", ("07_mma_q_from_tile",),
            "two row blocks at D = 128 step Q's k-step chunks by one 16-byte chunk instead of two: k-step ks "
            "reads Q's chunks ks, ks + 1 where K's are 2 ks, 2 ks + 1"),
     Mutant("07-q-from-tile-row-block", "07_mma_swizzle.cu",

@@ -231,16 +231,15 @@ def _resolve_ternary(text: str, start: int, values: dict) -> tuple[str, int]:
 
 # A paragraph of declarations only one bool switch uses (a variable must outlive the `if constexpr`
 # that fills it): it opens with a comment line "// Only with SWITCH ..." and ends at the first blank
-# line; it goes where the switch is false ("// Only without SWITCH ...": where it is true).
-_ONLY_WITH = re.compile(r"^[ \t]*// Only with(out)? (\w+)\b.*\n(?:[ \t]*\S.*\n)*(?:[ \t]*\n)?", re.M)
+# line; it goes where the switch is false.
+_ONLY_WITH = re.compile(r"^[ \t]*// Only with (\w+)\b.*\n(?:[ \t]*\S.*\n)*(?:[ \t]*\n)?", re.M)
 
 
 def specialize(text: str, values: dict) -> str:
     """`text` as the compiler sees it with the template switches `values`: every `if constexpr`
     over them resolved, every `(SWITCH ? a : b)` and `if (SWITCH || rest)` decided, every "Only with
     SWITCH" paragraph of a switch that is off dropped. What names anything else stays."""
-    text = _ONLY_WITH.sub(lambda m: m.group(0) if values.get(m.group(2), not m.group(1)) != bool(m.group(1)) else "",
-                          text)
+    text = _ONLY_WITH.sub(lambda m: m.group(0) if values.get(m.group(1), True) else "", text)
     i = 0
     while (m := re.compile(r"if constexpr \(").search(text, i)) is not None:
         done = _resolve_if(text, m.start(), values)
