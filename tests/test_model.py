@@ -11,6 +11,7 @@ import pytest
 from attnlab.executor.counts import BLOCK_FIELDS, EVENT_DTYPE, LaunchCounts, SiteCount
 from attnlab.executor.trace import MMA_FLOPS, Trace
 from attnlab.gpus import by_key
+from attnlab.kernels.registry import STEPS_07
 from attnlab.model import bounds
 from attnlab.shapes import MISSION, Shape
 
@@ -365,6 +366,24 @@ def test_the_copy_runs_on_all_but_the_last_stages_trips_and_q_on_the_first():
         assert (per_line[copy_k] == np.maximum(tiles - 2, 0) * warps).all()
         assert (per_line[_line_of("attn::ldsm_x4(q_frag[mb][ks]")] == warps).all()
         assert (per_line[_line_of("s[mb][nb][e] = ATTN_NEG_INF;")] == masked * warps).all()
+
+
+@pytest.mark.parametrize("step", STEPS_07, ids=lambda s: s.number)
+def test_every_steps_q_fragments_are_counted_once_per_warp(step):
+    """Q's A operands are read from the tile once, on each warp's first trip (`if (j == tile0)`).
+    In every step's loop on sm_90 the instructions the SASS places on that ldmatrix's line run on
+    one trip per warp of each CTA: a helper or lambda around the load would place them on a line
+    of its own, which the executor counts elsewhere (and every prediction would rise)."""
+    from attnlab.executor.trace import trace
+    from attnlab.model import issue
+
+    launch = trace(step.kernel_id, Shape(1, 2, 512, 64), False, arch="sm_90", sms=8).launches[0]
+    loop = issue.loop_shape(step.kernel_id, "sm_90", launch.entry)
+    q_line = _line_of("attn::ldsm_x4(q_frag[mb][ks]")
+    assert dict(loop.parts).get(q_line, 0) > 0, f"no instruction of {launch.entry}'s loop placed at Q's load"
+    per_line, trips = issue.line_trips(loop, launch)
+    warps = launch.block[0] * launch.block[1] * launch.block[2] // 32
+    assert (trips > 0).all() and (per_line[q_line] == warps).all()
 
 
 def test_a_line_the_host_compiler_splits_by_stage_runs_on_every_trip():
