@@ -11,6 +11,7 @@ import pytest
 from attnlab.executor.counts import BLOCK_FIELDS, EVENT_DTYPE, LaunchCounts, SiteCount
 from attnlab.executor.trace import MMA_FLOPS, Trace
 from attnlab.gpus import by_key
+from attnlab.kernels import registry
 from attnlab.kernels.registry import STEPS_07
 from attnlab.model import bounds
 from attnlab.shapes import MISSION, Shape
@@ -122,6 +123,19 @@ def test_a_large_launch_is_predicted_from_one_heads_counts_and_says_so():
     tensor = next(b for b in p.bounds if b.resource == "tensor cores")
     # every head's MMAs counted: the tensor-core bound holds the whole launch's FLOPs
     assert tensor.time_us >= large.flops(False) / (by_key("H100 SXM").fp16_tflops * 1e12) * 1e6 * 0.999
+
+
+@pytest.mark.parametrize("gpu", bounds.PREDICTED_GPUS)
+def test_the_large_shapes_smallest_launch_is_counted_by_one_head(gpu):
+    """The fewest CTAs any launch of chapter 7 takes at the large shapes, step 7.13's ablation at
+    (2, 16, 4096, 128) with 32-key tiles' 1,024, run by one head: whole, it took a quarter of an hour."""
+    from attnlab.executor.trace import one_head_grid
+
+    g = by_key(gpu)
+    spec = registry.get("07_mma_two_rows_at_d128", g.arch)
+    grid = spec.launch_config(Shape(2, 16, 4096, 128), g.sms)["grid"]
+    assert grid[0] * grid[1] * grid[2] == 1024 > bounds.RUN_EVERY_CTA
+    assert one_head_grid(spec, Shape(2, 16, 4096, 128), g.sms) is not None
 
 
 def test_hybrid_adds_its_gemms_and_their_launches():

@@ -200,15 +200,16 @@ def test_a_share_of_a_two_launch_grid_is_refused():
         attention_cpu("07_mma_split_ctas", q, k, v, count=True, block_range=(0, 1))
 
 
-@pytest.mark.parametrize("kid,causal", [("07_mma", True), ("07_mma_two_row_blocks", False), ("03_warp_rows_4w", True),
-                                        ("07_mma_across_heads", True), ("07_mma_across_heads", False)])
-def test_one_heads_counts_stand_for_every_heads_exactly(kid, causal):
+@pytest.mark.parametrize("kid,causal,D", [("07_mma", True, 64), ("07_mma_two_row_blocks", False, 64),
+                                          ("03_warp_rows_4w", True, 64), ("07_mma_across_heads", True, 64),
+                                          ("07_mma_across_heads", False, 64), ("07_mma_two_rows_at_d128", False, 128)])
+def test_one_heads_counts_stand_for_every_heads_exactly(kid, causal, D):
     """The large shapes' counts run the first head's CTAs and take every head's to be theirs: at a
     shape small enough to run whole, the per-CTA counts, the sites and the distinct bytes agree
     with every CTA's own run."""
     from attnlab.executor.trace import one_head_grid, trace_one_head
 
-    shape = Shape(2, 3, 200, 64)
+    shape = Shape(2, 3, 200, D)
     spec = registry.get(kid)
     assert one_head_grid(spec, shape) is not None
     whole = trace(kid, shape, causal, cache=False, jobs=2)

@@ -71,7 +71,10 @@ FMA_LATENCY = 4              # cycles between dependent fp32 FMAs of one warp
 SCHEDULERS_PER_SM = 4
 LAUNCH_US = 3.0              # one kernel launch, as a CUDA-graph replay sees it
 PREDICTED_GPUS = ("L4", "H100 SXM")  # what the pages predict for: the reader's card and the lent one
-RUN_EVERY_CTA = 1024         # launches up to this many CTAs run whole on the executor; larger ones, one head
+# Launches up to this many CTAs run whole on the executor; larger ones, one head. One head's counts
+# equal every head's exactly (tests/test_trace.py), and the large shapes' launches are 1,024 CTAs and
+# more: one at (2, 16, 4096, 128) takes about 15 minutes on two cores whole and half a minute by one head.
+RUN_EVERY_CTA = 512
 # Per architecture, the loops (by the marker attnlab.model.issue finds them by) whose warps wait out
 # their stalls one after another on a scheduler: the records, all of sm_90 and of chapter 7's
 # four-warp mma.sync loops, chose this rule for its tensor-core loops (model.ipynb, "What the records
