@@ -126,16 +126,19 @@ def test_a_large_launch_is_predicted_from_one_heads_counts_and_says_so():
 
 
 @pytest.mark.parametrize("gpu", bounds.PREDICTED_GPUS)
-def test_the_large_shapes_smallest_launch_is_counted_by_one_head(gpu):
+def test_the_large_shapes_smallest_launch_is_counted_by_one_head(gpu, monkeypatch):
     """The fewest CTAs any launch of chapter 7 takes at the large shapes, step 7.13's ablation at
-    (2, 16, 4096, 128) with 32-key tiles' 1,024, run by one head: whole, it took a quarter of an hour."""
-    from attnlab.executor.trace import one_head_grid
-
-    g = by_key(gpu)
-    spec = registry.get("07_mma_two_rows_at_d128", g.arch)
-    grid = spec.launch_config(Shape(2, 16, 4096, 128), g.sms)["grid"]
-    assert grid[0] * grid[1] * grid[2] == 1024 > bounds.RUN_EVERY_CTA
-    assert one_head_grid(spec, Shape(2, 16, 4096, 128), g.sms) is not None
+    (2, 16, 4096, 128) with 32-key tiles' 1,024, is counted by one head: whole, it took a quarter of
+    an hour. counted() decides; which count run it asks for is recorded instead of run."""
+    g, large = by_key(gpu), Shape(2, 16, 4096, 128)
+    grid = registry.get("07_mma_two_rows_at_d128", g.arch).launch_config(large, g.sms)["grid"]
+    assert int(np.prod(grid)) == 1024
+    asked = []
+    done = Trace("07_mma_two_rows_at_d128", large, False, None, [], completed=True)
+    monkeypatch.setattr(bounds, "trace", lambda *a, **k: asked.append("whole") or done)
+    monkeypatch.setattr(bounds, "trace_one_head", lambda *a, **k: asked.append("one head") or done)
+    bounds.counted("07_mma_two_rows_at_d128", large, False, g)
+    assert asked == ["one head"]
 
 
 def test_hybrid_adds_its_gemms_and_their_launches():
