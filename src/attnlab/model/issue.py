@@ -30,6 +30,10 @@ model's latency bound (stall_cycles). Outside the loop the listing holds paths t
 takes (a split's merge, a masked row's exit), whose stalls would add up as if each warp ran them
 all, so the latency bound leaves them out and stays a bound (stall_cycles's `outside` counts them on
 every warp: chapter 7's steps at the mission shape then mostly ran faster than predicted, model.ipynb).
+
+A predicated instruction issues whether its predicate holds or not, so its line must run on the
+trips of the instruction before it (predicated_anchors): where the host compiler keeps as a branch
+a test that ptxas predicates, the model would count the line on too few trips.
 """
 from __future__ import annotations
 
@@ -145,6 +149,47 @@ def loop_shape(kernel: str, arch: str, entry: str) -> LoopShape:
                          sum(n for op, n in out.items() if op.startswith(marker)),
                          sum(control[off].cycles for off, _ in sass_loop.outside_loop(lines, loop) if off in control))
     return LoopShape(entry, arch, None, 0, 0, 0, "no loop holds an HMMA or a MUFU.EX2")
+
+
+def predicated_anchors(kernel: str, arch: str, entry: str) -> dict[str, set[str | None]]:
+    """Per line inside the key-tile loop's body (as LoopShape.parts places them) holding predicated
+    instructions of `entry`'s loop (branches and never-run padding aside), the lines of their anchors:
+    for each, the nearest unpredicated instruction before it with a line, where no branch and no
+    branch target lies between them, so that a warp that issues the anchor issues it too, its
+    predicate true or not (None: an instruction on no line of the body, issued on every trip). The
+    model counts an instruction on the trips the executor ran its line, so a predicated line must run
+    on at least its anchors' trips: a test the host compiler keeps as a branch (such as
+    `if (scale < 0.f)`) where ptxas predicates its body would have it counted on too few. The flip of
+    Q's sign at every k-step of a two-row entry at D = 128 was such a line: ptxas predicated its
+    XORs, and the executor ran it on no trip of a positive scale."""
+    spec = registry.get(kernel, arch)
+    shape = loop_shape(kernel, arch, entry)
+    if shape.marker is None or shape.head is None:
+        return {}
+    lines = sass_loop.listing(build(spec, arch).sass, entry)
+    body = sass_loop.loop_body(lines, sass_loop.main_loop(lines, shape.marker))
+    file, first = shape.head.rsplit(":", 1)
+    last = _body_end(file, int(first))
+    table = sass_lines.line_table(spec, arch, entry)
+
+    def is_branch(instruction: str) -> bool:
+        return opcode(instruction).startswith("BRA")
+
+    targets = {int(ins.rsplit("0x", 1)[1], 16) for _, ins in body if is_branch(ins)}
+    out: dict[str, set[str | None]] = {}
+    for k, (off, instruction) in enumerate(body):
+        if not instruction.startswith("@") or instruction.startswith("@!PT") or is_branch(instruction):
+            continue
+        line = _place(table.get(off, ()), file, int(first), last)
+        if line is None:
+            continue
+        for before, other in reversed(body[:k]):
+            if is_branch(other) or before + 16 in targets or off in targets:
+                break  # control may join or leave between them: no anchor
+            if not other.startswith("@"):
+                out.setdefault(line, set()).add(_place(table.get(before, ()), file, int(first), last))
+                break
+    return out
 
 
 def line_trips(shape: LoopShape, launch: LaunchCounts) -> tuple[dict[str, np.ndarray], np.ndarray] | None:
