@@ -28,14 +28,16 @@ def listing(sass: str, function: str) -> list[tuple[int, str]]:
     return lines
 
 
+def branch_target(instruction: str) -> int | None:
+    """The offset a branch instruction jumps to (its predicate aside), or None for any other."""
+    m = _BRANCH.match(_PREDICATE.sub("", instruction))
+    return int(m.group(1), 16) if m else None
+
+
 def loops(lines: list[tuple[int, str]]) -> list[tuple[int, int]]:
     """(first, last) offsets of each loop: a backward branch at `last` to `first`."""
-    found = []
-    for offset, instruction in lines:
-        m = _BRANCH.match(_PREDICATE.sub("", instruction))
-        if m and int(m.group(1), 16) <= offset:
-            found.append((int(m.group(1), 16), offset))
-    return found
+    return [(target, offset) for offset, instruction in lines
+            if (target := branch_target(instruction)) is not None and target <= offset]
 
 
 def main_loop(lines: list[tuple[int, str]], marker: str = "HMMA") -> tuple[int, int]:

@@ -93,6 +93,21 @@ def _place(frames, file: str, first: int, last: int) -> str | None:
     return inside[-1] if inside else None
 
 
+def _body_lines(spec, arch: str, entry: str, loop: tuple[int, int]):
+    """(the loop's `for` line, "file:line", named by its closing branch; a function that places an
+    offset of the loop's body at a line of that `for` statement's body, _place), each None where the
+    listing does not give it (no line at the closing branch; a `for` line no kernel source has)."""
+    table = sass_lines.line_table(spec, arch, entry)
+    closing = table.get(loop[1], ())
+    if not closing:
+        return None, None
+    file, first = closing[0]
+    last = _body_end(file, first)
+    if last is None:
+        return f"{file}:{first}", None
+    return f"{file}:{first}", lambda offset: _place(table.get(offset, ()), file, first, last)
+
+
 def _sorted(parts: Counter) -> tuple[tuple[str | None, int], ...]:
     return tuple(sorted(parts.items(), key=lambda kv: (kv[0] is not None, kv[0] or "")))
 
@@ -126,21 +141,17 @@ def loop_shape(kernel: str, arch: str, entry: str) -> LoopShape:
                else "the key-tile loop sits inside another loop" if outer
                else f"{1 + len(versions)} loops hold {marker} (the compiler's versions of the key-tile loop), "
                     f"and which of them runs the listing does not say" if versions else None)
-        table = sass_lines.line_table(spec, arch, entry)
-        closing = table.get(loop[1], ())
-        head = f"{closing[0][0]}:{closing[0][1]}" if closing else None
-        last = _body_end(*closing[0]) if closing else None
-        if why is None and last is None:
+        head, place_of = _body_lines(spec, arch, entry, loop)
+        if why is None and place_of is None:
             why = (f"the key-tile loop's closing branch comes from {head or 'no source line'}, "
                    f"which is not a `for` statement of the kernel sources")
         parts: Counter = Counter()
         marked: Counter = Counter()
         stalls: Counter = Counter()
         control = _controls(spec.id, arch).get(entry, {})
-        if last is not None:
-            file, first = closing[0]
+        if place_of is not None:
             for off, instruction in sass_loop.loop_body(lines, loop):
-                place = _place(table.get(off, ()), file, first, last)
+                place = place_of(off)
                 parts[place] += 1
                 marked[place] += opcode(instruction).startswith(marker)
                 stalls[place] += control[off].cycles
@@ -154,7 +165,7 @@ def loop_shape(kernel: str, arch: str, entry: str) -> LoopShape:
 def predicated_anchors(kernel: str, arch: str, entry: str) -> dict[str, set[str | None]]:
     """Per line inside the key-tile loop's body (as LoopShape.parts places them) holding predicated
     instructions of `entry`'s loop (branches and never-run padding aside), the lines of their anchors:
-    for each, the nearest unpredicated instruction before it with a line, where no branch and no
+    for each, the nearest unpredicated instruction before it, where no branch and no
     branch target lies between them, so that a warp that issues the anchor issues it too, its
     predicate true or not (None: an instruction on no line of the body, issued on every trip). The
     model counts an instruction on the trips the executor ran its line, so a predicated line must run
@@ -163,31 +174,27 @@ def predicated_anchors(kernel: str, arch: str, entry: str) -> dict[str, set[str 
     Q's sign at every k-step of a two-row entry at D = 128 was such a line: ptxas predicated its
     XORs, and the executor ran it on no trip of a positive scale."""
     spec = registry.get(kernel, arch)
-    shape = loop_shape(kernel, arch, entry)
-    if shape.marker is None or shape.head is None:
+    marker = loop_shape(kernel, arch, entry).marker
+    if marker is None:
         return {}
     lines = sass_loop.listing(build(spec, arch).sass, entry)
-    body = sass_loop.loop_body(lines, sass_loop.main_loop(lines, shape.marker))
-    file, first = shape.head.rsplit(":", 1)
-    last = _body_end(file, int(first))
-    table = sass_lines.line_table(spec, arch, entry)
-
-    def is_branch(instruction: str) -> bool:
-        return opcode(instruction).startswith("BRA")
-
-    targets = {int(ins.rsplit("0x", 1)[1], 16) for _, ins in body if is_branch(ins)}
+    loop = sass_loop.main_loop(lines, marker)
+    _, place_of = _body_lines(spec, arch, entry, loop)
+    if place_of is None:
+        return {}
+    body = sass_loop.loop_body(lines, loop)  # never-run padding (@!PT) left out
+    targets = {sass_loop.branch_target(ins) for _, ins in body} - {None}
     out: dict[str, set[str | None]] = {}
     for k, (off, instruction) in enumerate(body):
-        if not instruction.startswith("@") or instruction.startswith("@!PT") or is_branch(instruction):
-            continue
-        line = _place(table.get(off, ()), file, int(first), last)
-        if line is None:
+        line = place_of(off)
+        if not instruction.startswith("@") or sass_loop.branch_target(instruction) is not None or line is None \
+                or off in targets:  # control may join at it: no anchor
             continue
         for before, other in reversed(body[:k]):
-            if is_branch(other) or before + 16 in targets or off in targets:
-                break  # control may join or leave between them: no anchor
+            if sass_loop.branch_target(other) is not None or before + 16 in targets:
+                break  # control may leave or join between them: no anchor
             if not other.startswith("@"):
-                out.setdefault(line, set()).add(_place(table.get(before, ()), file, int(first), last))
+                out.setdefault(line, set()).add(place_of(before))
                 break
     return out
 
