@@ -107,6 +107,31 @@ def test_the_copy_holds_the_edit_and_every_kernel_s_sources_and_kernels_stay_as_
             assert (root / "kernels" / name).is_file(), (spec.id, name)
 
 
+def test_the_books_edit_applies_and_turns_the_ablations_entries_at_d128_to_the_deferral(tmp_path):
+    """Step 7.13's page weighs book/edits/two_rows_pv_later.patch against the kernels as they are: it
+    must still apply, and change what the page says it changes: the last switch (DEFER_PV) of the
+    two-row entries at D = 128 of 07_mma_two_rows_at_d128 and of no other entry, and a negative
+    scale's flip of Q out of the loop (in each fragment read there before, in the Q tile after)."""
+    from attnlab.paths import repo_root
+
+    edit = repo_root() / "book" / "edits" / "two_rows_pv_later.patch"
+    assert patched_files(edit) == ["kernels/07_mma_swizzle.cu"]
+    root = edited_copy(edit, tmp_path / "copy")
+    before = (kernels_dir() / "07_mma_swizzle.cu").read_text()
+    after = (root / "kernels" / "07_mma_swizzle.cu").read_text()
+
+    def entries(text):
+        return {line for line in text.splitlines() if line.startswith("ATTN07_ENTRY(")}
+
+    two_rows = {"attn_fwd_07_mma_q_from_tile_d128", "attn_fwd_07_mma_q_from_tile_split2_d128"}
+    assert two_rows <= set(registry.get("07_mma_two_rows_at_d128", "sm_90").entries_at_head_dim(128))
+    gone, came = entries(before) - entries(after), entries(after) - entries(before)
+    assert {line.split("(", 1)[1].split(",", 1)[0] for line in gone | came} == two_rows
+    assert {line[:-len("false)")] + "true)" for line in gone if line.endswith("false, false)")} == came
+    flip = "for (int r = 0; r < 4; ++r) qf[mb][r] ^= 0x80008000u;"
+    assert flip in before and flip not in after and "chunk->x ^= 0x80008000u;" in after
+
+
 def cli(*args):
     return subprocess.run([sys.executable, "-m", "attnlab", "weigh", *args], capture_output=True, text=True,
                           timeout=600)
