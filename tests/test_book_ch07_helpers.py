@@ -75,6 +75,22 @@ def test_bench_at_without_a_gpu_shows_only_a_record_holding_every_shape(results,
     assert measured.record_rows(None) == []
 
 
+def test_bench_at_without_a_gpu_takes_the_record_of_the_newest_kernel_of_a_series_that_has_one(
+        results, monkeypatch, capsys):
+    from attnlab.records.results import write_record
+
+    monkeypatch.setattr(page, "has_gpu", lambda: False)
+    targets = [Shape(1, 8, 512, 64)]
+    write_record(_record(targets, kernel="07_mma"), results)  # timed before the newest step existed
+    series = [STEPS_07[-1].kernel_id, "07_mma"]
+    assert series[0] != "07_mma"
+    assert page.bench_at(series, targets) is None, "by default only the first kernel's record is shown"
+    rec = page.bench_at(series, targets, record_of=series)
+    assert rec is not None and "Committed bench record" in capsys.readouterr().out
+    assert "07_mma" in rec["kernels"] and series[0] not in rec["kernels"]
+    assert page.bench_at(series, targets, record_of=series[:1]) is None
+
+
 def test_bench_at_on_a_gpu_measures_saves_and_refuses_wrong_output(results, monkeypatch, capsys):
     import attnlab.gpu.bench
 

@@ -381,18 +381,23 @@ def bench(kernel_ids: list[str], quick: bool = True, save: bool = False) -> dict
     return rec
 
 
-def bench_at(kernel_ids: list[str], shapes: list[Shape], quick: bool = True, save: bool = False) -> dict | None:
+def bench_at(kernel_ids: list[str], shapes: list[Shape], quick: bool = True, save: bool = False,
+             record_of: list[str] | None = None) -> dict | None:
     """book.bench for shapes of one's choosing (book.bench times the mission shape and a length sweep
     only). On a GPU: time the kernels next to every SDPA backend at `shapes`, causal and not, now
     (record written if `save`) and assert their outputs passed. Without one: the freshest committed
-    bench record of the first kernel that holds every one of `shapes` both ways, reduced to its
-    fresh kernels, or None."""
+    bench record that holds every one of `shapes` both ways, reduced to its fresh kernels, of the
+    first kernel of `record_of` that has one (default: the first of `kernel_ids` alone), or None.
+    A page comparing one kernel with others names only that kernel; a page that judges a series
+    names the series, newest first, so that a kernel added since the last GPU run does not hide the
+    record of the ones before it."""
     if has_gpu():
         return _measure_now(kernel_ids, list(shapes), quick, save)
-    for rec in fresh_records("bench", kernel_ids[0]):
-        if covers(rec, kernel_ids, shapes):
-            print(f"No CUDA GPU here. Committed bench record:\n  {record_label(rec)}")
-            return rec
+    for kernel_id in record_of or kernel_ids[:1]:
+        for rec in fresh_records("bench", kernel_id):
+            if covers(rec, kernel_ids, shapes):
+                print(f"No CUDA GPU here. Committed bench record:\n  {record_label(rec)}")
+                return rec
     return None
 
 
