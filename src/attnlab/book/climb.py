@@ -280,8 +280,8 @@ def prediction_rows(timings: Timings) -> tuple[list[str], list[list], list[tuple
 def glue_climb_measured(timings: Timings) -> None:
     """The climb as measured: each step's time over the step before's, beside the model's ratio for
     the record's GPU with every miss marked, and why they missed from the ncu counters
-    (attnlab.book.counters); the measured ratios alone where the model does not know the GPU;
-    without a record, the sentence that says where they will be."""
+    (attnlab.book.counters) in a dropdown of its own; the measured ratios alone where the model does
+    not know the GPU; without a record, the sentence that says where they will be."""
     from . import counters
     from .page import glue_md
 
@@ -309,5 +309,7 @@ def glue_climb_measured(timings: Timings) -> None:
                                    "prediction.\n\n" + tables_by_part(header, STEPS_07[1:], rows)))
     large = TARGET_SHAPES[1]  # (4, 16, 4096, 64): the latest step a GPU session profiled there
     profiled = next((k for k in reversed(STEP_IDS) if counters.has_issue(k, large)), None)
-    glue_md("ch07_why_missed", profiled and counters.latency_paragraph(("07_mma", MISSION), (profiled, large), slower,
-                                                                        timings.rec["gpu"]["name"]))
+    why = profiled and counters.latency_paragraph(("07_mma", MISSION), (profiled, large), slower,
+                                                  timings.rec["gpu"]["name"])
+    # a detail beside the tables it explains, in its own dropdown: the page stays one sitting long
+    glue_md("ch07_why_missed", why and dropdown("Why the steps missed: what Nsight Compute counted", why))
