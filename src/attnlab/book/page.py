@@ -393,12 +393,7 @@ def bench_at(kernel_ids: list[str], shapes: list[Shape], quick: bool = True, sav
     record of the ones before it."""
     if has_gpu():
         return _measure_now(kernel_ids, list(shapes), quick, save)
-    for kernel_id in record_of or kernel_ids[:1]:
-        for rec in fresh_records("bench", kernel_id):
-            if covers(rec, kernel_ids, shapes):
-                print(f"No CUDA GPU here. Committed bench record:\n  {record_label(rec)}")
-                return rec
-    return None
+    return _committed_bench(kernel_ids, shapes, record_of or kernel_ids[:1])
 
 
 def bench_covering(kernel_ids: list[str], shapes: list[Shape], quick: bool = True, save: bool = False) -> dict | None:
@@ -408,10 +403,19 @@ def bench_covering(kernel_ids: list[str], shapes: list[Shape], quick: bool = Tru
     None when there is none."""
     if has_gpu():
         return bench_at(kernel_ids, shapes, quick=quick, save=save)
-    for rec in fresh_records("bench", kernel_ids[0]):
-        if covers(rec, kernel_ids, shapes, "device"):
-            print(f"No CUDA GPU here. Committed bench record:\n  {record_label(rec)}")
-            return rec
+    return _committed_bench(kernel_ids, shapes, kernel_ids[:1], "device")
+
+
+def _committed_bench(kernel_ids: list[str], shapes: list[Shape], record_of: list[str],
+                     entry: str | None = None) -> dict | None:
+    """Without a GPU: the freshest committed bench record covering `kernel_ids` at `shapes` (with
+    `entry` for each, see covers) among those of the first kernel of `record_of` that has one,
+    announced as such; None when there is none."""
+    for kernel_id in record_of:
+        for rec in fresh_records("bench", kernel_id):
+            if covers(rec, kernel_ids, shapes, entry):
+                print(f"No CUDA GPU here. Committed bench record:\n  {record_label(rec)}")
+                return rec
     return None
 
 
